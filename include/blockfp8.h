@@ -1,0 +1,294 @@
+/*
+ * blockfp8.h - the one public header of blockfp8.
+ *
+ * FP8 training with fine-grained ("blockwise") scaling: e4m3 data with one
+ * fp32 scale per 1x128 group (activations, gradients) or per 128x128 block
+ * (weights), and GEMMs that promote every 128-wide k-block into fp32.
+ * The numerical contract is docs/RECIPE.md; this header fixes the API and
+ * the memory layouts.
+ *
+ * Conventions
+ *  - Every function that can fail returns a bfp8_status. On failure nothing
+ *    has been written to any output, and bfp8_last_error() returns a message
+ *    for the calling thread.
+ *  - Matrices are row-major. A matrix's "cols" is its contiguous dimension;
+ *    "ld" is the distance between row starts, in elements.
+ *  - Every operation runs on a context's backend (CPU or CUDA) and all the
+ *    pointers it is given live in that backend's memory. On CUDA, work is
+ *    enqueued on the context's stream and returns without synchronizing.
+ *  - Sizes are int64_t; every entry point accepts any M, N, K >= 1.
+ */
+#ifndef BLOCKFP8_H
+#define BLOCKFP8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define BFP8_VERSION_MAJOR 0
+#define BFP8_VERSION_MINOR 1
+#define BFP8_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status and errors                                                         */
+
+typedef enum bfp8_status {
+    BFP8_OK = 0,
+    BFP8_ERR_NULL_POINTER = 1,   /* a required pointer is NULL */
+    BFP8_ERR_INVALID_VALUE = 2,  /* bad enum, size < 1, unknown name */
+    BFP8_ERR_SHAPE = 3,          /* operand shapes do not agree */
+    BFP8_ERR_LAYOUT = 4,         /* ld / scale_ld / granularity / dtype not as documented */
+    BFP8_ERR_ALIGNMENT = 5,      /* a pointer or leading dimension is misaligned */
+    BFP8_ERR_UNSUPPORTED = 6,    /* valid, but not implemented on this backend */
+    BFP8_ERR_NO_DEVICE = 7,      /* CUDA asked for, but not built in or no GPU */
+    BFP8_ERR_CUDA = 8,           /* a CUDA / cuBLAS call failed */
+    BFP8_ERR_OUT_OF_MEMORY = 9,
+    BFP8_ERR_NONFINITE = 10,     /* NaN or Inf met where it is fatal */
+    BFP8_ERR_IO = 11,            /* file read / write failed */
+    BFP8_ERR_BAD_POINTER = 12    /* pointer is not in the context's backend memory */
+} bfp8_status;
+
+/* Name of a status, e.g. "BFP8_ERR_SHAPE". Never NULL. */
+const char *bfp8_status_name(bfp8_status status);
+/* Message of the last failing call on this thread ("" if none). */
+const char *bfp8_last_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Formats                                                                   */
+
+typedef enum bfp8_dtype {
+    BFP8_F32 = 0,
+    BFP8_BF16 = 1,
+    BFP8_E4M3 = 2, /* e4m3 "fn": bias 7, max 448, NaN = 0x7f/0xff, no inf */
+    BFP8_E5M2 = 3  /* IEEE-like: bias 15, max 57344, inf and NaN */
+} bfp8_dtype;
+
+#define BFP8_E4M3_MAX 448.0f
+#define BFP8_E5M2_MAX 57344.0f
+
+size_t bfp8_dtype_size(bfp8_dtype dtype);      /* 0 for an unknown dtype */
+const char *bfp8_dtype_name(bfp8_dtype dtype); /* "f32", "bf16", "e4m3", "e5m2" */
+
+/* Round to nearest even, saturating to +-max finite (infinities too),
+ * NaN stays NaN: bit-exact with cvt.rn.satfinite.{e4m3,e5m2}x2.f32. */
+uint8_t bfp8_f32_to_e4m3(float x);
+uint8_t bfp8_f32_to_e5m2(float x);
+float bfp8_e4m3_to_f32(uint8_t code);
+float bfp8_e5m2_to_f32(uint8_t code);
+/* Round to nearest even; NaN stays NaN (quiet). */
+uint16_t bfp8_f32_to_bf16(float x);
+float bfp8_bf16_to_f32(uint16_t bits);
+
+/* Element-wise conversion of n host values; any pair of dtypes. */
+bfp8_status bfp8_convert_host(bfp8_dtype dst_dtype, void *dst, bfp8_dtype src_dtype,
+                              const void *src, size_t n);
+
+/* ------------------------------------------------------------------------ */
+/* Context: a backend, a device, a stream                                    */
+
+typedef enum bfp8_backend { BFP8_BACKEND_CPU = 0, BFP8_BACKEND_CUDA = 1 } bfp8_backend;
+
+typedef struct bfp8_context bfp8_context;
+
+/* Number of usable CUDA devices; 0 without a GPU or without CUDA support. */
+int bfp8_cuda_device_count(void);
+
+/* device_ordinal is ignored on the CPU backend. */
+bfp8_status bfp8_context_create(bfp8_context **ctx, bfp8_backend backend, int device_ordinal);
+void bfp8_context_destroy(bfp8_context *ctx); /* NULL is fine */
+bfp8_backend bfp8_context_backend(const bfp8_context *ctx);
+/* CUDA: the cudaStream_t that work is enqueued on (NULL = legacy default). */
+bfp8_status bfp8_context_set_stream(bfp8_context *ctx, void *cuda_stream);
+bfp8_status bfp8_context_synchronize(bfp8_context *ctx);
+
+/* Backend memory: host memory (64-byte aligned) on CPU, device memory on CUDA. */
+bfp8_status bfp8_malloc(bfp8_context *ctx, void **ptr, size_t bytes);
+void bfp8_free(bfp8_context *ctx, void *ptr);
+bfp8_status bfp8_memset_zero(bfp8_context *ctx, void *ptr, size_t bytes);
+bfp8_status bfp8_copy_to_backend(bfp8_context *ctx, void *dst, const void *host_src, size_t bytes);
+bfp8_status bfp8_copy_to_host(bfp8_context *ctx, void *host_dst, const void *src, size_t bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Tensor views                                                              */
+
+/* A dense row-major matrix: rows x cols, row stride ld elements (ld >= cols). */
+typedef struct bfp8_matrix {
+    void *data;
+    bfp8_dtype dtype;
+    int64_t rows;
+    int64_t cols;
+    int64_t ld;
+} bfp8_matrix;
+
+typedef enum bfp8_granularity {
+    BFP8_GRAN_1X128 = 1,  /* one scale per 1 x 128 group along cols */
+    BFP8_GRAN_128X128 = 2 /* one scale per 128 x 128 block */
+} bfp8_granularity;
+
+/*
+ * A quantized matrix: fp8 codes, row-major rows x cols, cols contiguous
+ * (for a GEMM operand, cols is the contraction dimension: "K-major"),
+ * plus fp32 dequantization scales (x ~ code * scale).
+ *
+ * Data:   data[r * ld + c], ld in bytes (= elements) with ld >= cols.
+ *         The canonical ld is cols rounded up to 16, so every row starts on
+ *         a 16-byte boundary (what the Hopper tensor-copy engine needs);
+ *         bytes between cols and ld are padding that no kernel reads.
+ * Scales, BFP8_GRAN_1X128 ("MN-major"):
+ *         scales[kb * scale_ld + r] for row r and k-block kb = c / 128,
+ *         kb < ceil(cols / 128); rows of one k-block are contiguous, and
+ *         scale_ld >= rows is a multiple of 4 (16 bytes). Canonical:
+ *         scale_ld = rows rounded up to 4.
+ * Scales, BFP8_GRAN_128X128:
+ *         scales[rb * scale_ld + kb] for block (rb = r / 128, kb = c / 128),
+ *         scale_ld >= ceil(cols / 128). Canonical: scale_ld = ceil(cols/128).
+ * Ragged tails: the last group / block along a dimension that is not a
+ * multiple of 128 holds fewer elements; its scale covers the valid ones.
+ */
+typedef struct bfp8_qmatrix {
+    uint8_t *data;
+    float *scales;
+    bfp8_dtype dtype; /* BFP8_E4M3 */
+    bfp8_granularity granularity;
+    int64_t rows;
+    int64_t cols;
+    int64_t ld;
+    int64_t scale_ld;
+} bfp8_qmatrix;
+
+/* Fill q with the canonical layout for rows x cols (data, scales = NULL)
+ * and return the bytes its data and scales need (either pointer may be NULL). */
+bfp8_status bfp8_qmatrix_layout(bfp8_qmatrix *q, int64_t rows, int64_t cols,
+                                bfp8_granularity granularity, size_t *data_bytes,
+                                size_t *scale_bytes);
+
+/* ------------------------------------------------------------------------ */
+/* Quantization (docs/RECIPE.md section 3)                                   */
+
+/*
+ * Per group:  amax = max|x| (valid elements); mult = 448 / amax (amax == 0:
+ * 1; overflow: FLT_MAX); with pow2, mult = 2^floor(log2(mult));
+ * code = e4m3_rne_satfinite(x * mult); scale = 1 / mult.
+ * A group whose amax is NaN or Inf gets every code 0x7f (NaN), its scale
+ * is written as NaN (0x7fc00000), and *nonfinite_flag (if not NULL, in
+ * backend memory) is set to 1. The flag is never cleared by a kernel.
+ */
+typedef struct bfp8_quantize_options {
+    int pow2_scales;          /* 0 or 1 */
+    uint32_t *nonfinite_flag; /* may be NULL */
+} bfp8_quantize_options;
+
+/*
+ * Activations and gradients. x: R x C, bf16 or f32.
+ *   out_rows (may be NULL): R x C, 1x128 groups along C          (x as stored)
+ *   out_cols (may be NULL): C x R, 1x128 groups along R          (x transposed)
+ * Both layouts come from one read of x. At least one output is required.
+ * Both outputs use BFP8_GRAN_1X128 and any valid layout (see bfp8_qmatrix).
+ */
+bfp8_status bfp8_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
+                                bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
+
+/*
+ * Weights. x: R x C, bf16 or f32, quantized in 128x128 blocks.
+ *   out:   R x C (required)        out_t: C x R, the same blocks transposed
+ *                                         (exact: same codes, same scales)
+ * Both are BFP8_GRAN_128X128.
+ */
+bfp8_status bfp8_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
+                                  bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
+
+/* out (f32 or bf16, rows x cols of q) = codes * scales. */
+bfp8_status bfp8_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out);
+
+/* Element-wise dtype conversion of a matrix (same shape), e.g. f32 -> bf16. */
+bfp8_status bfp8_convert(bfp8_context *ctx, const bfp8_matrix *src, bfp8_matrix *dst);
+
+/* ------------------------------------------------------------------------ */
+/* GEMMs (docs/RECIPE.md section 4)                                          */
+
+/*
+ * 1D2D, for fprop and dgrad:  D[M, N] = A[M, K] . B[N, K]^T
+ *   a: M x K, BFP8_GRAN_1X128     b: N x K, BFP8_GRAN_128X128
+ *   d: M x N, bf16 or f32.
+ * Every 128-wide k-block's partial sum is promoted into fp32 with
+ * a.scale[m, kb] * b.scale[nb, kb]; D is rounded once at the end.
+ */
+bfp8_status bfp8_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                           bfp8_matrix *d);
+
+/*
+ * 1D1D, for wgrad:  D[N, K] = C[N, K] + A[N, M] . B[K, M]^T
+ *   a: N x M (dy transposed), b: K x M (x transposed), both BFP8_GRAN_1X128
+ *   along M (the tokens); c: f32 or NULL (D = A.B^T); c may alias d.
+ *   d: f32 or bf16 (bf16 only without c).
+ */
+bfp8_status bfp8_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                           const bfp8_matrix *c, bfp8_matrix *d);
+
+/*
+ * bf16 GEMM (the baseline recipe):  D[M, N] = C + op(A)[M, K] . op(B)[N, K]^T
+ *   a is stored M x K, or K x M when a_transposed;
+ *   b is stored N x K, or K x N when b_transposed;
+ *   c: f32 or NULL, may alias d; d: bf16 or f32 (f32 when c is given).
+ * fp32 accumulation. CUDA: cuBLASLt.
+ */
+bfp8_status bfp8_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
+                           const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
+                           bfp8_matrix *d);
+
+/* ------------------------------------------------------------------------ */
+/* Linear layer (docs/RECIPE.md section 7)                                   */
+
+typedef enum bfp8_recipe {
+    BFP8_RECIPE_BF16 = 0,                   /* "bf16" */
+    BFP8_RECIPE_FP8_BLOCKWISE = 1,          /* "fp8-blockwise" */
+    BFP8_RECIPE_FP8_BLOCKWISE_BF16WGRAD = 2 /* "fp8-blockwise-bf16wgrad" */
+} bfp8_recipe;
+
+const char *bfp8_recipe_name(bfp8_recipe recipe); /* NULL for an unknown recipe */
+bfp8_status bfp8_recipe_from_name(const char *name, bfp8_recipe *recipe);
+
+/* Indices into bfp8_linear_config.nonfinite_flags. */
+enum { BFP8_LINEAR_FLAG_X = 0, BFP8_LINEAR_FLAG_W = 1, BFP8_LINEAR_FLAG_DY = 2,
+       BFP8_LINEAR_NUM_FLAGS = 3 };
+
+typedef struct bfp8_linear_config {
+    int64_t in_features;  /* K */
+    int64_t out_features; /* N */
+    int64_t max_tokens;   /* largest M passed to forward */
+    bfp8_recipe recipe;
+    int pow2_scales;
+    /* BFP8_LINEAR_NUM_FLAGS uint32 in backend memory, or NULL: set to 1
+     * when the quantized x, W or dy held a NaN/Inf (see bfp8_quantize_options). */
+    uint32_t *nonfinite_flags;
+} bfp8_linear_config;
+
+/* y = x W^T, W: N x K. Holds the quantized weight and what backward needs. */
+typedef struct bfp8_linear bfp8_linear;
+
+bfp8_status bfp8_linear_create(bfp8_linear **lin, bfp8_context *ctx, const bfp8_linear_config *cfg);
+void bfp8_linear_destroy(bfp8_linear *lin); /* NULL is fine */
+
+/* Take a new fp32 master weight (N x K, contiguous, backend memory): quantizes
+ * it 128x128 (fp8 recipes, both W and W^T) or converts it to bf16. Call it
+ * after every optimizer step, before the next forward. */
+bfp8_status bfp8_linear_set_weight(bfp8_linear *lin, const float *weight);
+
+/* y[M, N] = x[M, K] . W^T, x and y bf16 contiguous, M = tokens <= max_tokens.
+ * Saves what backward needs; in the bf16 and bf16-wgrad recipes that is the
+ * pointer x itself, which must stay valid until bfp8_linear_backward. */
+bfp8_status bfp8_linear_forward(bfp8_linear *lin, const uint16_t *x, int64_t tokens, uint16_t *y);
+
+/* Backward of the last forward: dx[M, K] = dy . W (dx may be NULL: skipped),
+ * dw[N, K] (f32) = dy^T . x, added to dw when accumulate, else stored. */
+bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t *dx, float *dw,
+                                 int accumulate);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BLOCKFP8_H */

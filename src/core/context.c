@@ -1,0 +1,91 @@
+/*
+ * context.c - contexts and backend memory. The CPU backend's memory is
+ * 64-byte aligned host memory; the CUDA backend's is device memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+int bfp8_cuda_device_count(void) { return bfp8_cuda_count_devices(); }
+
+bfp8_status bfp8_context_create(bfp8_context **ctx, bfp8_backend backend, int device_ordinal) {
+    if (!ctx) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_context_create: ctx is NULL");
+    if (backend != BFP8_BACKEND_CPU && backend != BFP8_BACKEND_CUDA)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_context_create: unknown backend %d", (int)backend);
+    bfp8_context *c = calloc(1, sizeof *c);
+    if (!c) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_context_create: out of host memory");
+    c->backend = backend;
+    c->device = device_ordinal;
+    if (backend == BFP8_BACKEND_CUDA) {
+        bfp8_status st = bfp8_cuda_context_init(c);
+        if (st != BFP8_OK) {
+            free(c);
+            return st;
+        }
+    }
+    *ctx = c;
+    return BFP8_OK;
+}
+
+void bfp8_context_destroy(bfp8_context *ctx) {
+    if (!ctx) return;
+    if (ctx->backend == BFP8_BACKEND_CUDA) bfp8_cuda_context_release(ctx);
+    free(ctx);
+}
+
+bfp8_backend bfp8_context_backend(const bfp8_context *ctx) { return ctx->backend; }
+
+bfp8_status bfp8_context_set_stream(bfp8_context *ctx, void *cuda_stream) {
+    if (!ctx) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_context_set_stream: ctx is NULL");
+    if (ctx->backend != BFP8_BACKEND_CUDA)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "bfp8_context_set_stream: the context is not CUDA");
+    ctx->stream = cuda_stream;
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_context_synchronize(bfp8_context *ctx) {
+    if (!ctx) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_context_synchronize: ctx is NULL");
+    return ctx->backend == BFP8_BACKEND_CUDA ? bfp8_cuda_synchronize(ctx) : BFP8_OK;
+}
+
+bfp8_status bfp8_malloc(bfp8_context *ctx, void **ptr, size_t bytes) {
+    if (!ctx || !ptr) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_malloc: ctx or ptr is NULL");
+    if (bytes == 0) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_malloc: zero bytes");
+    if (ctx->backend == BFP8_BACKEND_CUDA) return bfp8_cuda_malloc(ctx, ptr, bytes);
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_malloc: %zu bytes of host memory", bytes);
+    *ptr = p;
+    return BFP8_OK;
+}
+
+void bfp8_free(bfp8_context *ctx, void *ptr) {
+    if (!ctx || !ptr) return;
+    if (ctx->backend == BFP8_BACKEND_CUDA)
+        bfp8_cuda_free(ctx, ptr);
+    else
+        free(ptr);
+}
+
+bfp8_status bfp8_memset_zero(bfp8_context *ctx, void *ptr, size_t bytes) {
+    if (!ctx || !ptr) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_memset_zero: ctx or ptr is NULL");
+    if (ctx->backend == BFP8_BACKEND_CUDA) return bfp8_cuda_memset_zero(ctx, ptr, bytes);
+    memset(ptr, 0, bytes);
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_copy_to_backend(bfp8_context *ctx, void *dst, const void *host_src, size_t bytes) {
+    if (!ctx || !dst || !host_src)
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_copy_to_backend: a pointer is NULL");
+    if (ctx->backend == BFP8_BACKEND_CUDA) return bfp8_cuda_copy(ctx, dst, host_src, bytes, 1);
+    memmove(dst, host_src, bytes);
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_copy_to_host(bfp8_context *ctx, void *host_dst, const void *src, size_t bytes) {
+    if (!ctx || !host_dst || !src)
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_copy_to_host: a pointer is NULL");
+    if (ctx->backend == BFP8_BACKEND_CUDA) return bfp8_cuda_copy(ctx, host_dst, src, bytes, 0);
+    memmove(host_dst, src, bytes);
+    return BFP8_OK;
+}

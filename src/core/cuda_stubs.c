@@ -1,0 +1,56 @@
+/*
+ * cuda_stubs.c - the CUDA backend's entry points in a build without CUDA:
+ * every one reports BFP8_ERR_NO_DEVICE, so a CPU-only build links and says
+ * clearly why CUDA is not there.
+ */
+#include "internal.h"
+
+static bfp8_status no_cuda(void) {
+    return bfp8_fail(BFP8_ERR_NO_DEVICE, "blockfp8 was built without CUDA support");
+}
+
+int bfp8_cuda_count_devices(void) { return 0; }
+bfp8_status bfp8_cuda_context_init(bfp8_context *ctx) { (void)ctx; return no_cuda(); }
+void bfp8_cuda_context_release(bfp8_context *ctx) { (void)ctx; }
+bfp8_status bfp8_cuda_malloc(bfp8_context *ctx, void **ptr, size_t bytes) {
+    (void)ctx; (void)ptr; (void)bytes; return no_cuda();
+}
+void bfp8_cuda_free(bfp8_context *ctx, void *ptr) { (void)ctx; (void)ptr; }
+bfp8_status bfp8_cuda_memset_zero(bfp8_context *ctx, void *ptr, size_t bytes) {
+    (void)ctx; (void)ptr; (void)bytes; return no_cuda();
+}
+bfp8_status bfp8_cuda_copy(bfp8_context *ctx, void *dst, const void *src, size_t bytes, int to_device) {
+    (void)ctx; (void)dst; (void)src; (void)bytes; (void)to_device; return no_cuda();
+}
+bfp8_status bfp8_cuda_synchronize(bfp8_context *ctx) { (void)ctx; return no_cuda(); }
+bfp8_status bfp8_cuda_check_pointer(const bfp8_context *ctx, const void *ptr, const char *what) {
+    (void)ctx; (void)ptr; (void)what; return no_cuda();
+}
+bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
+                                     bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
+    (void)ctx; (void)x; (void)out_rows; (void)out_cols; (void)options; return no_cuda();
+}
+bfp8_status bfp8_cuda_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
+                                       bfp8_qmatrix *out_t, const bfp8_quantize_options *options) {
+    (void)ctx; (void)x; (void)out; (void)out_t; (void)options; return no_cuda();
+}
+bfp8_status bfp8_cuda_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out) {
+    (void)ctx; (void)q; (void)out; return no_cuda();
+}
+bfp8_status bfp8_cuda_convert(bfp8_context *ctx, const bfp8_matrix *src, bfp8_matrix *dst) {
+    (void)ctx; (void)src; (void)dst; return no_cuda();
+}
+bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                bfp8_matrix *d) {
+    (void)ctx; (void)a; (void)b; (void)d; return no_cuda();
+}
+bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                const bfp8_matrix *c, bfp8_matrix *d) {
+    (void)ctx; (void)a; (void)b; (void)c; (void)d; return no_cuda();
+}
+bfp8_status bfp8_cuda_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
+                                const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
+                                bfp8_matrix *d) {
+    (void)ctx; (void)a; (void)a_transposed; (void)b; (void)b_transposed; (void)c; (void)d;
+    return no_cuda();
+}

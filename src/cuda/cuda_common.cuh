@@ -1,0 +1,43 @@
+/*
+ * cuda_common.cuh - what every CUDA source of the library shares: error
+ * checks that turn CUDA failures into statuses, the per-context state, and
+ * small index helpers.
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+#define BFP8_CUDA_TRY(call)                                                                  \
+    do {                                                                                     \
+        cudaError_t bfp8_cuda_err_ = (call);                                                 \
+        if (bfp8_cuda_err_ != cudaSuccess)                                                   \
+            return bfp8_fail(bfp8_cuda_err_ == cudaErrorMemoryAllocation                    \
+                                 ? BFP8_ERR_OUT_OF_MEMORY : BFP8_ERR_CUDA,                   \
+                             "%s:%d: %s: %s", __FILE__, __LINE__, #call,                    \
+                             cudaGetErrorString(bfp8_cuda_err_));                            \
+    } while (0)
+
+/* After a launch: a bad configuration shows up here, not at the next call. */
+#define BFP8_CUDA_CHECK_LAUNCH() BFP8_CUDA_TRY(cudaGetLastError())
+
+/* What a CUDA context keeps (ctx->cuda_state). */
+struct bfp8_cuda_state {
+    cudaDeviceProp props;
+    int num_sms;
+    void *cublaslt;            /* cublasLtHandle_t, created on first use */
+    void *cublaslt_workspace;  /* device memory for cuBLASLt */
+    size_t cublaslt_workspace_bytes;
+};
+
+static inline cudaStream_t bfp8_stream_of(const bfp8_context *ctx) {
+    return (cudaStream_t)ctx->stream;
+}
+
+static inline struct bfp8_cuda_state *bfp8_cuda_state_of(const bfp8_context *ctx) {
+    return (struct bfp8_cuda_state *)ctx->cuda_state;
+}
+
+__host__ __device__ static inline int64_t bfp8_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -1,0 +1,108 @@
+/*
+ * internal.h - what the library's own layers share and users never see:
+ * error reporting, the context, and the backend entry points.
+ *
+ * Every op is split in three: the public function in src/ops validates its
+ * arguments (once, for both backends) and dispatches to bfp8_cpu_<op> in
+ * src/cpu or bfp8_cuda_<op> in src/cuda. The two implementations share one
+ * signature, take arguments that are already valid, and are tested against
+ * each other.
+ */
+#ifndef BFP8_INTERNAL_H
+#define BFP8_INTERNAL_H
+
+#include "blockfp8.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Errors                                                                    */
+
+/* Record a message for bfp8_last_error() and return status. printf-style. */
+bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+#define BFP8_TRY(expr)                                                                       \
+    do {                                                                                     \
+        bfp8_status bfp8_try_status_ = (expr);                                               \
+        if (bfp8_try_status_ != BFP8_OK) return bfp8_try_status_;                            \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Context                                                                   */
+
+struct bfp8_context {
+    bfp8_backend backend;
+    int device;          /* CUDA device ordinal */
+    void *stream;        /* cudaStream_t */
+    void *cuda_state;    /* src/cuda: cuBLASLt handle, workspace, device properties */
+};
+
+bfp8_status bfp8_cuda_context_init(bfp8_context *ctx);
+void bfp8_cuda_context_release(bfp8_context *ctx);
+int bfp8_cuda_count_devices(void);
+bfp8_status bfp8_cuda_malloc(bfp8_context *ctx, void **ptr, size_t bytes);
+void bfp8_cuda_free(bfp8_context *ctx, void *ptr);
+bfp8_status bfp8_cuda_memset_zero(bfp8_context *ctx, void *ptr, size_t bytes);
+bfp8_status bfp8_cuda_copy(bfp8_context *ctx, void *dst, const void *src, size_t bytes, int to_device);
+bfp8_status bfp8_cuda_synchronize(bfp8_context *ctx);
+/* BFP8_OK when ptr is device memory (or managed) usable by ctx's device. */
+bfp8_status bfp8_cuda_check_pointer(const bfp8_context *ctx, const void *ptr, const char *what);
+
+/* ------------------------------------------------------------------------ */
+/* Validation helpers shared by the ops                                      */
+
+int64_t bfp8_ceil_div(int64_t a, int64_t b);
+int64_t bfp8_round_up(int64_t a, int64_t multiple);
+bfp8_status bfp8_check_matrix(const bfp8_context *ctx, const bfp8_matrix *m, const char *what);
+bfp8_status bfp8_check_qmatrix(const bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_granularity gran,
+                               const char *what);
+bfp8_status bfp8_check_pointer(const bfp8_context *ctx, const void *ptr, const char *what);
+/* Number of scale floats q's layout spans (last used index + 1). */
+int64_t bfp8_qmatrix_scale_span(const bfp8_qmatrix *q);
+
+/* ------------------------------------------------------------------------ */
+/* Backend entry points. Arguments are validated; the two backends of one   */
+/* op share a signature.                                                     */
+
+/* CPU reference (src/cpu). */
+bfp8_status bfp8_cpu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
+                                bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
+bfp8_status bfp8_cpu_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
+                                  bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
+bfp8_status bfp8_cpu_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out);
+bfp8_status bfp8_cpu_convert(bfp8_context *ctx, const bfp8_matrix *src, bfp8_matrix *dst);
+bfp8_status bfp8_cpu_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                           bfp8_matrix *d);
+bfp8_status bfp8_cpu_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                           const bfp8_matrix *c, bfp8_matrix *d);
+bfp8_status bfp8_cpu_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
+                           const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
+                           bfp8_matrix *d);
+
+/* CUDA (src/cuda; without CUDA support, src/core/cuda_stubs.c). */
+bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
+                                 bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
+bfp8_status bfp8_cuda_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
+                                   bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
+bfp8_status bfp8_cuda_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out);
+bfp8_status bfp8_cuda_convert(bfp8_context *ctx, const bfp8_matrix *src, bfp8_matrix *dst);
+bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                            bfp8_matrix *d);
+bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                            const bfp8_matrix *c, bfp8_matrix *d);
+bfp8_status bfp8_cuda_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
+                            const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
+                            bfp8_matrix *d);
+
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BFP8_INTERNAL_H */
