@@ -1,0 +1,301 @@
+/*
+ * gemm_fp8_kernel.cuh - the FP8 blockwise-scaled GEMM kernel for sm_90a,
+ * one template serving both recipes' GEMMs:
+ *
+ *   1D2D (fprop, dgrad):  D[m, n] = sum_kb  sa[m, kb] * sb[n/128, kb] * P_kb[m, n]
+ *   1D1D (wgrad):         D[m, n] = C[m, n] + sum_kb  sa[m, kb] * sb[n, kb] * P_kb[m, n]
+ *
+ * where P_kb is the fp8 product over one 128-wide k-block, computed by the
+ * tensor cores and promoted into fp32 registers before the next block starts
+ * (the tensor core accumulates with limited precision; RECIPE.md section 4).
+ *
+ * Shape of the kernel (persistent, warp-specialized):
+ *   - warpgroup 2 is the producer: one thread issues TMA loads of the A tile
+ *     (128 x 128 bytes), the B tile (BN x 128) and the scales of the k-block
+ *     into a STAGES-deep ring of shared-memory buffers, each guarded by a
+ *     "full" and an "empty" mbarrier;
+ *   - warpgroups 0 and 1 do the math on 64 rows each: 4 wgmma m64nBNk32 per
+ *     k-block into a scratch accumulator, then fin += scale * acc;
+ *   - with CLUSTER = 2, two CTAs on neighbouring m-tiles share the B tile:
+ *     each loads half and multicasts it to both, halving B's L2 traffic;
+ *   - tiles are handed out round-robin over a grouped ("swizzled") order so
+ *     that the tiles in flight at one time share A and B rows in L2.
+ */
+#pragma once
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+#include "cuda/hopper.cuh"
+
+namespace bfp8_gemm {
+
+constexpr int BLOCK_M = 128; /* two math warpgroups of 64 rows */
+constexpr int BLOCK_K = 128; /* one scale block per pipeline stage */
+constexpr int NUM_THREADS = 384;
+constexpr int MATH_WARPS = 8;
+constexpr int PRODUCER_REGS = 40;
+constexpr int MATH_REGS = 232;
+
+enum OutputKind { OUTPUT_BF16 = 0, OUTPUT_F32 = 1, OUTPUT_F32_ACCUMULATE = 2 };
+
+struct Params {
+    int m, n, k;
+    int num_k_blocks;
+    int num_m_tiles, num_n_tiles; /* tiles of BLOCK_M x BN */
+    int group_m;                  /* raster group height, in cluster rows */
+    /* 1D2D: B's 128x128 scales, read with plain loads (one float per k-block). */
+    const float *b_block_scales;
+    int64_t b_block_scale_ld;
+    int num_b_blocks; /* ceil(n / 128) */
+    /* output */
+    void *d;
+    int64_t ldd;
+    const float *c; /* OUTPUT_F32_ACCUMULATE only; may equal d */
+    int64_t ldc;
+    int output_kind;
+    int paired_stores; /* two adjacent outputs can be stored as one aligned word */
+};
+
+template <int BN, bool B_1X128, int STAGES> struct SharedLayout {
+    static constexpr uint32_t A_BYTES = BLOCK_M * BLOCK_K;
+    static constexpr uint32_t B_BYTES = BN * BLOCK_K;
+    static constexpr uint32_t SA_BYTES = BLOCK_M * 4;
+    static constexpr uint32_t SB_BYTES = B_1X128 ? BN * 4 : 0;
+    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
+    static constexpr uint32_t OFF_A = 0;
+    static constexpr uint32_t OFF_B = OFF_A + STAGES * A_BYTES;
+    static constexpr uint32_t OFF_SA = OFF_B + STAGES * B_BYTES;
+    static constexpr uint32_t OFF_SB = OFF_SA + STAGES * SA_BYTES;
+    static constexpr uint32_t OFF_BARRIERS = OFF_SB + STAGES * SB_BYTES;
+    /* + 1024 so the base can be aligned for the 128-byte swizzle pattern */
+    static constexpr uint32_t TOTAL = OFF_BARRIERS + 2 * STAGES * 8 + 1024;
+    static_assert(B_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "swizzled tiles need 1024-byte alignment");
+    static_assert(SA_BYTES % 128 == 0 && SB_BYTES % 128 == 0, "TMA destinations need 128-byte alignment");
+};
+
+/* Cluster tile t -> (cluster row, n tile), in groups of group_m cluster rows
+ * walked column by column, so concurrently running tiles reuse L2. */
+__device__ __forceinline__ void tile_coordinates(int t, int num_cluster_rows, int num_n_tiles,
+                                                 int group_m, int *cluster_row, int *n_tile) {
+    const int per_group = group_m * num_n_tiles;
+    const int group = t / per_group, first = group * group_m;
+    const int rows = min(num_cluster_rows - first, group_m);
+    const int r = t - group * per_group;
+    *cluster_row = first + r % rows;
+    *n_tile = r / rows;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+/* Store the outputs (row, col) and (row, col + 1) of one thread. */
+__device__ __forceinline__ void store_pair(const Params &p, int row, int col, float v0, float v1) {
+    if (row >= p.m || col >= p.n) return;
+    const bool both = col + 1 < p.n;
+    if (p.output_kind == OUTPUT_BF16) {
+        __nv_bfloat16 *d = static_cast<__nv_bfloat16 *>(p.d) + (int64_t)row * p.ldd + col;
+        if (both && p.paired_stores) {
+            *reinterpret_cast<uint32_t *>(d) = pack_bf16x2(v0, v1);
+        } else {
+            d[0] = __float2bfloat16_rn(v0);
+            if (both) d[1] = __float2bfloat16_rn(v1);
+        }
+        return;
+    }
+    float *d = static_cast<float *>(p.d) + (int64_t)row * p.ldd + col;
+    if (p.output_kind == OUTPUT_F32_ACCUMULATE) {
+        const float *c = p.c + (int64_t)row * p.ldc + col;
+        if (both && p.paired_stores) {
+            const float2 cv = *reinterpret_cast<const float2 *>(c);
+            v0 += cv.x;
+            v1 += cv.y;
+        } else {
+            v0 += c[0];
+            if (both) v1 += c[1];
+        }
+    }
+    if (both && p.paired_stores) {
+        *reinterpret_cast<float2 *>(d) = make_float2(v0, v1);
+    } else {
+        d[0] = v0;
+        if (both) d[1] = v1;
+    }
+}
+
+template <int BN, int CLUSTER, bool B_1X128, int STAGES>
+__global__ void __launch_bounds__(NUM_THREADS, 1)
+    gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tmap_a,
+                              const __grid_constant__ CUtensorMap tmap_b,
+                              const __grid_constant__ CUtensorMap tmap_scale_a,
+                              const __grid_constant__ CUtensorMap tmap_scale_b, const Params p) {
+    using namespace bfp8_sm90;
+    using L = SharedLayout<BN, B_1X128, STAGES>;
+    constexpr int ACC = BN / 2; /* accumulator floats per thread: 64 rows x BN over 128 threads */
+    static_assert(BN % 64 == 0 && BN <= 256, "BN must be a multiple of 64");
+    static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
+
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    uint8_t *smem_a = smem + L::OFF_A;
+    uint8_t *smem_b = smem + L::OFF_B;
+    float *smem_sa = reinterpret_cast<float *>(smem + L::OFF_SA);
+    float *smem_sb = reinterpret_cast<float *>(smem + L::OFF_SB);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + L::OFF_BARRIERS);
+    uint64_t *empty = full + STAGES;
+
+    const int warpgroup = threadIdx.x / 128;
+    const uint32_t cta_rank = CLUSTER > 1 ? cluster_cta_rank() : 0;
+
+    if (threadIdx.x == 256) {
+        tma_prefetch_descriptor(&tmap_a);
+        tma_prefetch_descriptor(&tmap_b);
+        tma_prefetch_descriptor(&tmap_scale_a);
+        if (B_1X128) tma_prefetch_descriptor(&tmap_scale_b);
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], MATH_WARPS * CLUSTER); /* every math warp of the cluster */
+        }
+        fence_mbar_init();
+    }
+    if (CLUSTER > 1) cluster_sync(); else __syncthreads();
+
+    const int num_clusters = gridDim.x / CLUSTER;
+    const int cluster_id = blockIdx.x / CLUSTER;
+    const int num_cluster_rows = (p.num_m_tiles + CLUSTER - 1) / CLUSTER;
+    const int num_tiles = num_cluster_rows * p.num_n_tiles;
+
+    if (warpgroup == 2) {
+        /* ---------------- producer ---------------- */
+        regs_decrease<PRODUCER_REGS>();
+        if (threadIdx.x == 256) {
+            int stage = 0;
+            uint32_t phase = 0;
+            for (int t = cluster_id; t < num_tiles; t += num_clusters) {
+                int cluster_row, n_tile;
+                tile_coordinates(t, num_cluster_rows, p.num_n_tiles, p.group_m, &cluster_row, &n_tile);
+                const int m0 = (cluster_row * CLUSTER + (int)cta_rank) * BLOCK_M, n0 = n_tile * BN;
+                for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+                    mbar_wait(&empty[stage], phase ^ 1);
+                    mbar_arrive_expect_tx(&full[stage], L::STAGE_BYTES);
+                    const int k0 = kb * BLOCK_K;
+                    tma_load_2d(smem_a + stage * L::A_BYTES, &tmap_a, &full[stage], k0, m0);
+                    tma_load_2d(smem_sa + stage * BLOCK_M, &tmap_scale_a, &full[stage], m0, kb);
+                    if (CLUSTER == 1) {
+                        tma_load_2d(smem_b + stage * L::B_BYTES, &tmap_b, &full[stage], k0, n0);
+                    } else {
+                        /* my half of B, to both CTAs */
+                        tma_load_2d_multicast(smem_b + stage * L::B_BYTES + cta_rank * (L::B_BYTES / 2),
+                                              &tmap_b, &full[stage], k0, n0 + (int)cta_rank * (BN / 2),
+                                              (uint16_t)((1u << CLUSTER) - 1));
+                    }
+                    if (B_1X128) tma_load_2d(smem_sb + stage * BN, &tmap_scale_b, &full[stage], n0, kb);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+    } else {
+        /* ---------------- math ---------------- */
+        regs_increase<MATH_REGS>();
+        const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+        const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4; /* and row_in_tile + 8 */
+        const int col_in_chunk = 2 * (lane % 4);
+        float acc[ACC], fin[ACC];
+        int stage = 0;
+        uint32_t phase = 0;
+
+        for (int t = cluster_id; t < num_tiles; t += num_clusters) {
+            int cluster_row, n_tile;
+            tile_coordinates(t, num_cluster_rows, p.num_n_tiles, p.group_m, &cluster_row, &n_tile);
+            const int m0 = (cluster_row * CLUSTER + (int)cta_rank) * BLOCK_M, n0 = n_tile * BN;
+            /* 1D2D: the tile's columns meet at most two 128-column scale blocks */
+            const int nb0 = n0 / 128, nb1 = min(nb0 + 1, p.num_b_blocks - 1);
+            const int split = 128 - (n0 % 128); /* first column of block nb1 */
+
+#pragma unroll
+            for (int i = 0; i < ACC; ++i) fin[i] = 0.0f;
+
+            for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+                float sb0 = 0.0f, sb1 = 0.0f;
+                if (!B_1X128) { /* issued early: the loads land while the tensor core works */
+                    sb0 = __ldg(p.b_block_scales + nb0 * p.b_block_scale_ld + kb);
+                    if (BN > 128 || split < BN) sb1 = __ldg(p.b_block_scales + nb1 * p.b_block_scale_ld + kb);
+                }
+                mbar_wait(&full[stage], phase);
+
+                const uint64_t desc_a = wgmma_desc_k_major_sw128(smem_a + stage * L::A_BYTES + warpgroup * 64 * BLOCK_K);
+                const uint64_t desc_b = wgmma_desc_k_major_sw128(smem_b + stage * L::B_BYTES);
+                fence_accumulators(acc);
+                wgmma_fence();
+#pragma unroll
+                for (int ks = 0; ks < BLOCK_K / 32; ++ks) {
+                    if constexpr (BN == 128)
+                        wgmma_m64n128k32_e4m3(acc, desc_a + 2 * ks, desc_b + 2 * ks, ks > 0);
+                    else
+                        wgmma_m64n192k32_e4m3(acc, desc_a + 2 * ks, desc_b + 2 * ks, ks > 0);
+                }
+                wgmma_commit();
+                const float sa0 = smem_sa[stage * BLOCK_M + row_in_tile];
+                const float sa1 = smem_sa[stage * BLOCK_M + row_in_tile + 8];
+                wgmma_wait<0>();
+                fence_accumulators(acc);
+
+                if constexpr (B_1X128) {
+                    const float *sb = smem_sb + stage * BN + col_in_chunk;
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j) {
+                        const float2 s = *reinterpret_cast<const float2 *>(sb + 8 * j);
+                        fin[4 * j + 0] += (sa0 * s.x) * acc[4 * j + 0];
+                        fin[4 * j + 1] += (sa0 * s.y) * acc[4 * j + 1];
+                        fin[4 * j + 2] += (sa1 * s.x) * acc[4 * j + 2];
+                        fin[4 * j + 3] += (sa1 * s.y) * acc[4 * j + 3];
+                    }
+                } else {
+                    const float s00 = sa0 * sb0, s10 = sa1 * sb0, s01 = sa0 * sb1, s11 = sa1 * sb1;
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j) {
+                        const bool second = 8 * j >= split;
+                        const float s0 = second ? s01 : s00, s1 = second ? s11 : s10;
+                        fin[4 * j + 0] += s0 * acc[4 * j + 0];
+                        fin[4 * j + 1] += s0 * acc[4 * j + 1];
+                        fin[4 * j + 2] += s1 * acc[4 * j + 2];
+                        fin[4 * j + 3] += s1 * acc[4 * j + 3];
+                    }
+                }
+
+                /* this warp is done with the stage (wgmma finished, scales read) */
+                __syncwarp();
+                if (lane == 0) {
+                    if constexpr (CLUSTER == 1) {
+                        mbar_arrive(&empty[stage]);
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(&empty[stage], (uint32_t)c);
+                    }
+                }
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+            }
+
+            const int row = m0 + row_in_tile;
+#pragma unroll
+            for (int j = 0; j < BN / 8; ++j) {
+                const int col = n0 + 8 * j + col_in_chunk;
+                store_pair(p, row, col, fin[4 * j + 0], fin[4 * j + 1]);
+                store_pair(p, row + 8, col, fin[4 * j + 2], fin[4 * j + 3]);
+            }
+        }
+    }
+
+    /* a peer may still multicast into, or arrive on, this CTA's shared memory */
+    if (CLUSTER > 1) cluster_sync();
+}
+
+} /* namespace bfp8_gemm */
