@@ -1,0 +1,331 @@
+/*
+ * test_gemm_gpu.c - the CUDA FP8 GEMMs (1D2D and 1D1D) against fp64
+ * references, on ragged shapes, hard data and the TARGETS.md shapes.
+ *
+ *   test_gemm_gpu            everything (large outputs: sampled 128x128 tiles)
+ *   test_gemm_gpu --small    ragged shapes only: the compute-sanitizer set
+ *   test_gemm_gpu --time     time every kernel configuration on the
+ *                            TARGETS.md shapes (BFP8_GEMM_CONFIG forced)
+ *
+ * Bars (RECIPE.md section 5): vs the fp64 GEMM of the same fp8 data and
+ * scales, SQNR >= 40 dB overall and in every 128x128 tile; vs the fp64 GEMM
+ * of the unquantized inputs, SQNR >= 28 dB and calc_diff < 1e-3. Operands
+ * are quantized by the CPU reference quantizer, so the fp8 data is exactly
+ * what the library produces. Outputs are poisoned with NaN first, so an
+ * element the kernel never writes fails the check.
+ */
+#define _POSIX_C_SOURCE 200809L /* setenv, clock_gettime */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "test_util.h"
+
+static bfp8_context *cpu, *gpu;
+
+enum gemm_kind { GEMM_1D2D, GEMM_1D1D };
+
+/* ------------------------------------------------------------------------ */
+/* Quantized operands on the host, and their copies on the device            */
+
+typedef struct operand {
+    float *src;        /* host, rows x cols, unquantized */
+    bfp8_qmatrix host; /* quantized on the CPU */
+    bfp8_qmatrix dev;  /* device copy, same layout */
+} operand;
+
+static void *gpu_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bfp8_malloc(gpu, &p, bytes) != BFP8_OK)
+        test_fatal("device allocation of %zu bytes: %s", bytes, bfp8_last_error());
+    return p;
+}
+
+static void operand_make(operand *op, int64_t rows, int64_t cols, bfp8_granularity gran, unsigned fill,
+                         uint64_t seed) {
+    size_t data_bytes, scale_bytes;
+    op->src = test_malloc((size_t)(rows * cols) * sizeof(float));
+    test_fill_f32(op->src, rows, cols, cols, 1.0f, fill, seed);
+    bfp8_qmatrix_layout(&op->host, rows, cols, gran, &data_bytes, &scale_bytes);
+    op->host.data = test_malloc(data_bytes);
+    op->host.scales = test_malloc(scale_bytes);
+    memset(op->host.data, 0, data_bytes);
+    memset(op->host.scales, 0, scale_bytes);
+    bfp8_matrix x = {op->src, BFP8_F32, rows, cols, cols};
+    const bfp8_status st = gran == BFP8_GRAN_1X128 ? bfp8_quantize_1x128(cpu, &x, &op->host, NULL, NULL)
+                                                   : bfp8_quantize_128x128(cpu, &x, &op->host, NULL, NULL);
+    if (st != BFP8_OK) test_fatal("CPU quantization failed: %s", bfp8_last_error());
+    op->dev = op->host;
+    op->dev.data = gpu_alloc(data_bytes);
+    op->dev.scales = gpu_alloc(scale_bytes);
+    if (bfp8_copy_to_backend(gpu, op->dev.data, op->host.data, data_bytes) != BFP8_OK ||
+        bfp8_copy_to_backend(gpu, op->dev.scales, op->host.scales, scale_bytes) != BFP8_OK)
+        test_fatal("copy to device: %s", bfp8_last_error());
+}
+
+static void operand_free(operand *op) {
+    free(op->src);
+    free(op->host.data);
+    free(op->host.scales);
+    bfp8_free(gpu, op->dev.data);
+    bfp8_free(gpu, op->dev.scales);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Checking                                                                  */
+
+typedef struct bars_seen { double same_db, tile_db, unquant_db, calc_diff; } bars_seen;
+static bars_seen seen = {INFINITY, INFINITY, INFINITY, 0.0};
+
+/* got: the GEMM's product on [r0,r1) x [c0,c1) (nr x nc, dense). */
+static void check_region(const char *name, const operand *a, const operand *b, const float *got, int64_t r0,
+                         int64_t r1, int64_t c0, int64_t c1, int check_unquantized) {
+    const int64_t nr = r1 - r0, nc = c1 - c0;
+    double *ref = test_malloc((size_t)(nr * nc) * sizeof(double));
+    test_ref_gemm_q_f64(&a->host, &b->host, r0, r1, c0, c1, ref, nc);
+    const test_sqnr_report rep = test_sqnr_tiles(ref, nc, got, nc, nr, nc, 128);
+    if (rep.overall_db < seen.same_db) seen.same_db = rep.overall_db;
+    if (rep.worst_tile_db < seen.tile_db) seen.tile_db = rep.worst_tile_db;
+    CHECK(rep.overall_db >= 40.0 && rep.worst_tile_db >= 40.0,
+          "%s rows [%lld,%lld) cols [%lld,%lld): same-data SQNR %.1f dB, worst tile %.1f dB at tile (%lld,%lld)",
+          name, (long long)r0, (long long)r1, (long long)c0, (long long)c1, rep.overall_db, rep.worst_tile_db,
+          (long long)rep.worst_tile_row, (long long)rep.worst_tile_col);
+    if (check_unquantized) {
+        test_ref_gemm_f64(a->src, a->host.cols, b->src, b->host.cols, a->host.cols, r0, r1, c0, c1, ref, nc);
+        const double db = test_sqnr_db(ref, nc, got, nc, nr, nc);
+        const double cd = test_calc_diff(ref, nc, got, nc, nr, nc);
+        if (db < seen.unquant_db) seen.unquant_db = db;
+        if (cd > seen.calc_diff) seen.calc_diff = cd;
+        CHECK(db >= 28.0 && cd < 1e-3, "%s: vs unquantized SQNR %.1f dB, calc_diff %.2e", name, db, cd);
+    }
+    free(ref);
+}
+
+/* Host copy of a device output as f32, dense rows x cols. */
+static float *download(const bfp8_matrix *d) {
+    const size_t esize = bfp8_dtype_size(d->dtype), bytes = (size_t)(d->rows * d->ld) * esize;
+    void *raw = test_malloc(bytes);
+    if (bfp8_copy_to_host(gpu, raw, d->data, bytes) != BFP8_OK) test_fatal("copy to host: %s", bfp8_last_error());
+    float *out = test_malloc((size_t)(d->rows * d->cols) * sizeof(float));
+    bfp8_matrix host = *d;
+    host.data = raw;
+    test_matrix_to_f32(&host, out);
+    free(raw);
+    return out;
+}
+
+static void poison(bfp8_matrix *d) {
+    const size_t bytes = (size_t)(d->rows * d->ld) * bfp8_dtype_size(d->dtype);
+    unsigned char *nan_bytes = test_malloc(bytes);
+    memset(nan_bytes, 0xff, bytes); /* all-ones: NaN in bf16 and f32 */
+    bfp8_copy_to_backend(gpu, d->data, nan_bytes, bytes);
+    free(nan_bytes);
+}
+
+/*
+ * One product. 1D2D: a = M x K (1x128), b = N x K (128x128), out M x N.
+ * 1D1D: a = N x M (1x128), b = K x M (1x128), out N x K; with accumulate,
+ * out = C + 3 (a . b^T) through three in-place calls.
+ */
+static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, int64_t contraction,
+                     bfp8_dtype out_dtype, int accumulate, unsigned fill, uint64_t seed) {
+    char name[160];
+    snprintf(name, sizeof name, "%s %lldx%lld over %lld -> %s%s", kind == GEMM_1D2D ? "1d2d" : "1d1d",
+             (long long)out_rows, (long long)out_cols, (long long)contraction, bfp8_dtype_name(out_dtype),
+             accumulate ? " (accumulate x3)" : "");
+    operand a, b;
+    operand_make(&a, out_rows, contraction, BFP8_GRAN_1X128, fill, seed);
+    operand_make(&b, out_cols, contraction, kind == GEMM_1D2D ? BFP8_GRAN_128X128 : BFP8_GRAN_1X128, fill,
+                 seed + 1);
+
+    const int64_t ld = out_cols + (out_cols % 3 == 0 ? 8 : 0); /* sometimes a padded ld */
+    bfp8_matrix d = {gpu_alloc((size_t)(out_rows * ld) * bfp8_dtype_size(out_dtype)), out_dtype, out_rows,
+                     out_cols, ld};
+    float *c_host = NULL;
+    if (accumulate) {
+        c_host = test_malloc((size_t)(out_rows * ld) * sizeof(float));
+        test_fill_f32(c_host, out_rows, out_cols, ld, 10.0f, 0, seed + 2);
+        bfp8_copy_to_backend(gpu, d.data, c_host, (size_t)(out_rows * ld) * sizeof(float));
+        for (int rep = 0; rep < 3; ++rep) CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, &d, &d));
+    } else {
+        poison(&d);
+        if (kind == GEMM_1D2D)
+            CHECK_OK(bfp8_gemm_1d2d(gpu, &a.dev, &b.dev, &d));
+        else
+            CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, NULL, &d));
+    }
+    CHECK_OK(bfp8_context_synchronize(gpu));
+    float *out = download(&d);
+    if (accumulate)
+        for (int64_t r = 0; r < out_rows; ++r)
+            for (int64_t c = 0; c < out_cols; ++c)
+                out[r * out_cols + c] = (out[r * out_cols + c] - c_host[r * ld + c]) / 3.0f;
+
+    /* Whole output when it is cheap, else sampled tiles: the corners (ragged
+     * edges included) and a few random ones. */
+    const int check_unquantized = !(fill & (TEST_FILL_OUTLIERS | TEST_FILL_WIDE_RANGE)) && !accumulate;
+    if ((double)out_rows * out_cols * contraction <= 4e9) {
+        check_region(name, &a, &b, out, 0, out_rows, 0, out_cols, check_unquantized);
+    } else {
+        const int64_t last_r = (out_rows - 1) / 128, last_c = (out_cols - 1) / 128;
+        test_rng rng;
+        test_rng_seed(&rng, seed + 3);
+        for (int i = 0; i < 8; ++i) {
+            const int64_t tr = i == 0 || i == 1 ? 0 : i == 2 || i == 3 ? last_r : test_rng_range(&rng, 0, last_r);
+            const int64_t tc = i == 0 || i == 2 ? 0 : i == 1 || i == 3 ? last_c : test_rng_range(&rng, 0, last_c);
+            const int64_t r0 = tr * 128, c0 = tc * 128;
+            const int64_t r1 = r0 + 128 < out_rows ? r0 + 128 : out_rows, c1 = c0 + 128 < out_cols ? c0 + 128 : out_cols;
+            float *tile = test_malloc((size_t)((r1 - r0) * (c1 - c0)) * sizeof(float));
+            for (int64_t r = r0; r < r1; ++r)
+                memcpy(tile + (r - r0) * (c1 - c0), out + r * out_cols + c0, (size_t)(c1 - c0) * sizeof(float));
+            check_region(name, &a, &b, tile, r0, r1, c0, c1, check_unquantized);
+            free(tile);
+        }
+    }
+    printf("  ok-checked %s\n", name);
+    free(out);
+    free(c_host);
+    bfp8_free(gpu, d.data);
+    operand_free(&a);
+    operand_free(&b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Timing (--time): every configuration on the TARGETS.md shapes             */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Random fp8 codes (no NaN) and scales in [0.5, 1): timing needs no quantizer. */
+static bfp8_qmatrix random_device_operand(int64_t rows, int64_t cols, bfp8_granularity gran, uint64_t seed) {
+    bfp8_qmatrix q;
+    size_t data_bytes, scale_bytes;
+    bfp8_qmatrix_layout(&q, rows, cols, gran, &data_bytes, &scale_bytes);
+    uint8_t *data = test_malloc(data_bytes);
+    float *scales = test_malloc(scale_bytes);
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    for (size_t i = 0; i < data_bytes; i += 8) {
+        uint64_t r = test_rng_next(&rng);
+        for (size_t j = 0; j < 8 && i + j < data_bytes; ++j, r >>= 8) data[i + j] = (uint8_t)(r & 0xbf);
+    }
+    for (size_t i = 0; i < scale_bytes / 4; ++i) scales[i] = 0.5f + 0.5f * (float)test_rng_uniform(&rng);
+    q.data = gpu_alloc(data_bytes);
+    q.scales = gpu_alloc(scale_bytes);
+    bfp8_copy_to_backend(gpu, q.data, data, data_bytes);
+    bfp8_copy_to_backend(gpu, q.scales, scales, scale_bytes);
+    free(data);
+    free(scales);
+    return q;
+}
+
+static void time_configs(void) {
+    static const int64_t fprop[][3] = {{16384, 4096, 4096}, {16384, 14336, 4096}, {16384, 4096, 14336},
+                                       {4096, 7168, 16384}, {8192, 8192, 8192}};
+    static const int64_t wgrad[][3] = {/* N, K, M(tokens) */ {4096, 4096, 16384}, {14336, 4096, 16384},
+                                       {4096, 14336, 16384}, {8192, 8192, 8192}};
+    static const char *configs[] = {"bn=128,cluster=1", "bn=128,cluster=2", "bn=192,cluster=1",
+                                    "bn=192,cluster=2", ""};
+    printf("\n%-10s %-22s %-18s %10s %8s\n", "gemm", "shape", "config", "time_us", "TFLOP/s");
+    for (int kind = 0; kind < 2; ++kind) {
+        const int count = kind == 0 ? 5 : 4;
+        for (int s = 0; s < count; ++s) {
+            const int64_t *sh = kind == 0 ? fprop[s] : wgrad[s];
+            const int64_t rows = sh[0], cols = sh[1], kdim = sh[2];
+            bfp8_qmatrix a = random_device_operand(rows, kdim, BFP8_GRAN_1X128, 11);
+            bfp8_qmatrix b = random_device_operand(cols, kdim, kind == 0 ? BFP8_GRAN_128X128 : BFP8_GRAN_1X128, 12);
+            const bfp8_dtype dt = kind == 0 ? BFP8_BF16 : BFP8_F32;
+            bfp8_matrix d = {gpu_alloc((size_t)(rows * cols) * bfp8_dtype_size(dt)), dt, rows, cols, cols};
+            for (int c = 0; c < 5; ++c) {
+                if (configs[c][0]) setenv("BFP8_GEMM_CONFIG", configs[c], 1);
+                else unsetenv("BFP8_GEMM_CONFIG");
+                bfp8_status st = BFP8_OK;
+                for (int w = 0; w < 3 && st == BFP8_OK; ++w)
+                    st = kind == 0 ? bfp8_gemm_1d2d(gpu, &a, &b, &d) : bfp8_gemm_1d1d(gpu, &a, &b, &d, &d);
+                bfp8_context_synchronize(gpu);
+                double best = INFINITY;
+                for (int rep = 0; rep < 5 && st == BFP8_OK; ++rep) {
+                    const int iters = 10;
+                    const double t0 = now_seconds();
+                    for (int i = 0; i < iters && st == BFP8_OK; ++i)
+                        st = kind == 0 ? bfp8_gemm_1d2d(gpu, &a, &b, &d) : bfp8_gemm_1d1d(gpu, &a, &b, &d, &d);
+                    if (bfp8_context_synchronize(gpu) != BFP8_OK) st = BFP8_ERR_CUDA;
+                    const double t = (now_seconds() - t0) / iters;
+                    if (t < best) best = t;
+                }
+                char shape[64];
+                snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)rows, (long long)cols, (long long)kdim);
+                if (st != BFP8_OK) {
+                    printf("%-10s %-22s %-18s failed: %s\n", kind == 0 ? "1d2d" : "1d1d", shape,
+                           configs[c][0] ? configs[c] : "auto", bfp8_last_error());
+                    CHECK(0, "timing run failed");
+                    continue;
+                }
+                printf("%-10s %-22s %-18s %10.1f %8.1f\n", kind == 0 ? "1d2d" : "1d1d", shape,
+                       configs[c][0] ? configs[c] : "auto", best * 1e6, 2.0 * rows * cols * kdim / best * 1e-12);
+            }
+            unsetenv("BFP8_GEMM_CONFIG");
+            bfp8_free(gpu, a.data);
+            bfp8_free(gpu, a.scales);
+            bfp8_free(gpu, b.data);
+            bfp8_free(gpu, b.scales);
+            bfp8_free(gpu, d.data);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+
+int main(int argc, char **argv) {
+    int small = 0, timing = 0;
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--small")) small = 1;
+        else if (!strcmp(argv[i], "--time")) timing = 1;
+        else test_fatal("unknown option %s (use --small or --time)", argv[i]);
+    }
+    TEST_REQUIRE_GPU();
+    if (bfp8_context_create(&cpu, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
+        bfp8_context_create(&gpu, BFP8_BACKEND_CUDA, 0) != BFP8_OK)
+        test_fatal("context: %s", bfp8_last_error());
+
+    /* Ragged shapes (RECIPE.md section 6, issue 4 and 5 lists), hard data. */
+    static const int64_t ms[] = {1, 64, 127, 129, 1000};
+    static const int64_t ns[] = {128, 2112, 7176};
+    static const int64_t ks[] = {128, 1000, 4096};
+    uint64_t seed = 100;
+    for (int i = 0; i < 5; ++i)
+        for (int j = 0; j < 3; ++j) {
+            const int64_t k = ks[(i + j) % 3];
+            run_case(GEMM_1D2D, ms[i], ns[j], k, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
+            if (!small || i == 4) run_case(GEMM_1D2D, ms[i], ns[j], k, BFP8_F32, 0, 0, seed++);
+        }
+    /* wgrad shapes that crash other implementations, and ragged token counts */
+    static const int64_t wg[][3] = {/* N, K, M tokens */ {1536, 256, 2048}, {512, 1024, 147456 / 8},
+                                    {768, 768, 133},  {768, 256, 1},    {256, 768, 4095},
+                                    {384, 136, 4097}, {1000, 129, 127}};
+    for (int i = 0; i < 7; ++i) {
+        run_case(GEMM_1D1D, wg[i][0], wg[i][1], wg[i][2], BFP8_F32, 0, TEST_FILL_HARD, seed++);
+        if (!small || i < 3) run_case(GEMM_1D1D, wg[i][0], wg[i][1], wg[i][2], BFP8_F32, 1, 0, seed++);
+        if (!small) run_case(GEMM_1D1D, wg[i][0], wg[i][1], wg[i][2], BFP8_BF16, 0, 0, seed++);
+    }
+    if (!small) {
+        run_case(GEMM_1D1D, 512, 1024, 147456, BFP8_F32, 0, 0, seed++);
+        /* TARGETS.md shapes, sampled tiles */
+        run_case(GEMM_1D2D, 16384, 4096, 4096, BFP8_BF16, 0, 0, seed++);
+        run_case(GEMM_1D2D, 4096, 7168, 16384, BFP8_BF16, 0, 0, seed++);
+        run_case(GEMM_1D2D, 8192, 8192, 8192, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
+        run_case(GEMM_1D1D, 4096, 14336, 16384, BFP8_F32, 0, 0, seed++);
+        run_case(GEMM_1D1D, 8192, 8192, 8192, BFP8_F32, 1, 0, seed++);
+    }
+    printf("lowest seen: same-data %.1f dB (worst tile %.1f dB), unquantized %.1f dB, calc_diff %.2e\n",
+           seen.same_db, seen.tile_db, seen.unquant_db, seen.calc_diff);
+    if (timing) time_configs();
+    bfp8_context_destroy(cpu);
+    bfp8_context_destroy(gpu);
+    return test_exit_code("test_gemm_gpu");
+}
