@@ -1,0 +1,537 @@
+/*
+ * quantize_common.cuh - the one tile kernel behind every CUDA quantizer
+ * (docs/RECIPE.md section 3), shared by quantize_1x128.cu and
+ * quantize_128x128.cu.
+ *
+ * A CTA of 256 threads owns a 128 x 128 tile of x (ragged at the edges) and
+ * writes, from one read of it, any of:
+ *   - the codes of x as stored ("q"): 1 x 128 groups along each tile row, or
+ *     the whole tile as one 128 x 128 block;
+ *   - the codes of x transposed ("t"): 1 x 128 groups along each tile column
+ *     (every tile column becomes 128 contiguous bytes of one row of x^T), or
+ *     the same 128 x 128 block transposed;
+ *   - the scales of both (the 128 scales of a tile are contiguous in both
+ *     1 x 128 layouts).
+ *
+ * The grid is persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ...
+ * and streams them through a ring of shared-memory stages filled with
+ * 16-byte cp.async, so the next tile is in flight while this one is
+ * quantized. Per tile:
+ *   A  each thread takes an 8 x 8 block (rows rb*8.., columns cc*8..) into
+ *      registers and writes its partial row and column maxima of |x| bits
+ *   B  128 threads finish the row maxima and 128 the column maxima, turn
+ *      them into multipliers (shared memory) and scales (global memory)
+ *   C  each thread quantizes its block: row codes go straight to global
+ *      memory (8 contiguous bytes per row), column codes through a swizzled
+ *      shared-memory transpose, then out as 16-byte row pieces of x^T.
+ *
+ * Fast path (kAligned): x, both code matrices and their leading dimensions
+ * allow 16-byte accesses. Otherwise every load and store is scalar, with
+ * the same algorithm. Ragged tiles use the scalar access for the partial
+ * pieces only; elements outside x are read as zero (they cannot raise a
+ * max of |x|) and never written.
+ */
+#pragma once
+
+#include "cuda/cuda_common.cuh"
+#include "formats/formats.h"
+
+namespace bfp8_quant {
+
+constexpr int kTile = 128;
+constexpr int kThreads = 256;
+constexpr int kScratchBytes = kTile * kTile; /* partial maxima, then the transposed codes */
+constexpr int kMultBytes = 2 * kTile * (int)sizeof(float);
+
+/* Kernel arguments. "q" is the code matrix laid out like x (out_rows or the
+ * 128x128 out), "t" the one laid out like x^T (out_cols or out_t). */
+struct tile_args {
+    const void *x;
+    int64_t x_ld, rows, cols;
+    uint8_t *q;
+    int64_t q_ld;
+    float *q_scales;
+    int64_t q_scale_ld;
+    uint8_t *t;
+    int64_t t_ld;
+    float *t_scales;
+    int64_t t_scale_ld;
+    uint32_t *nonfinite_flag;
+    int pow2;
+    int64_t col_tiles, num_tiles;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Instructions                                                              */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int kPending> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+/* Two e4m3 codes in the low 16 bits: lo at the lower address. */
+__device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
+    uint16_t h;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
+    return h;
+}
+__device__ __forceinline__ uint32_t pack16x2(uint32_t lo, uint32_t hi) { return lo | (hi << 16); }
+
+/* formats.h's bfp8_scale_multiplier with the division spelled __fdiv_rn, so
+ * no compiler flag can make it approximate; tests/gpu_quantize checks the
+ * two on every finite amax. A non-finite amax gives a NaN multiplier, which
+ * turns every code of the group into 0x7f, and a NaN scale. Returns 1 then. */
+__device__ __forceinline__ int group_multiplier(uint32_t amax_bits, int pow2, float &mult,
+                                                float &scale) {
+    if (bfp8_amax_bits_nonfinite(amax_bits)) {
+        mult = scale = __uint_as_float(BFP8_NAN_SCALE_BITS);
+        return 1;
+    }
+    const float amax = __uint_as_float(amax_bits);
+    float m = amax == 0.0f ? 1.0f : __fdiv_rn(BFP8_E4M3_MAX, amax);
+    if (__float_as_uint(m) == 0x7f800000u) m = __uint_as_float(BFP8_FLT_MAX_BITS);
+    if (pow2) m = __uint_as_float(__float_as_uint(m) & 0xff800000u);
+    mult = m;
+    scale = __fdiv_rn(1.0f, m);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Input formats: the 8 x 8 block a thread holds, as raw bits                */
+
+/* Position of 16-byte chunk q inside a staged tile row. f32 rows (32 chunks)
+ * flip bit 0 in every second group of 8 chunks: a thread reads chunks 2cc
+ * and 2cc+1, and without the flip 8 neighbouring threads would hit only 4 of
+ * the 8 bank groups. */
+template <typename In> __device__ __forceinline__ int staged_chunk(int q) {
+    return sizeof(In) == 4 ? q ^ ((q >> 3) & 1) : q;
+}
+
+template <typename In> struct block8x8;
+
+template <> struct block8x8<uint16_t> { /* bf16: word p of row i holds columns 2p, 2p+1 */
+    uint32_t w[8][4];
+
+    __device__ __forceinline__ void load(const uint8_t *stage, int rb, int cc) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(stage + (rb * 8 + i) * 256 + cc * 16);
+            w[i][0] = v.x; w[i][1] = v.y; w[i][2] = v.z; w[i][3] = v.w;
+        }
+    }
+    __device__ __forceinline__ float at(int i, int j) const {
+        const uint32_t v = w[i][j >> 1];
+        return __uint_as_float((j & 1) ? (v & 0xffff0000u) : (v << 16));
+    }
+    /* Max |x| bits (as fp32 bits) of each of the 8 rows and 8 columns. */
+    __device__ __forceinline__ void amax(uint32_t (&row)[8], uint32_t (&col)[8]) const {
+        uint32_t colp[4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            uint32_t m = 0;
+#pragma unroll
+            for (int p = 0; p < 4; ++p) {
+                const uint32_t a = w[i][p] & 0x7fff7fffu;
+                m = __vmaxu2(m, a);
+                colp[p] = i == 0 ? a : __vmaxu2(colp[p], a);
+            }
+            row[i] = max(m << 16, m & 0xffff0000u);
+        }
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            col[2 * p] = colp[p] << 16;
+            col[2 * p + 1] = colp[p] & 0xffff0000u;
+        }
+    }
+    __device__ __forceinline__ uint32_t amax_all() const {
+        uint32_t m = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int p = 0; p < 4; ++p) m = __vmaxu2(m, w[i][p] & 0x7fff7fffu);
+        return max(m << 16, m & 0xffff0000u);
+    }
+};
+
+template <> struct block8x8<float> { /* f32: word j of row i is column j */
+    uint32_t w[8][8];
+
+    __device__ __forceinline__ void load(const uint8_t *stage, int rb, int cc) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint8_t *row = stage + (rb * 8 + i) * 512;
+            const uint4 a = *reinterpret_cast<const uint4 *>(row + staged_chunk<float>(2 * cc) * 16);
+            const uint4 b = *reinterpret_cast<const uint4 *>(row + staged_chunk<float>(2 * cc + 1) * 16);
+            w[i][0] = a.x; w[i][1] = a.y; w[i][2] = a.z; w[i][3] = a.w;
+            w[i][4] = b.x; w[i][5] = b.y; w[i][6] = b.z; w[i][7] = b.w;
+        }
+    }
+    __device__ __forceinline__ float at(int i, int j) const { return __uint_as_float(w[i][j]); }
+    __device__ __forceinline__ void amax(uint32_t (&row)[8], uint32_t (&col)[8]) const {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            uint32_t m = 0;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t a = w[i][j] & 0x7fffffffu;
+                m = max(m, a);
+                col[j] = i == 0 ? a : max(col[j], a);
+            }
+            row[i] = m;
+        }
+    }
+    __device__ __forceinline__ uint32_t amax_all() const {
+        uint32_t m = 0;
+#pragma unroll
+        for (int i = 0; i < 8; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) m = max(m, w[i][j] & 0x7fffffffu);
+        return m;
+    }
+};
+
+/* ------------------------------------------------------------------------ */
+/* Tile geometry and staging                                                 */
+
+struct tile_pos {
+    int64_t tr, tc;   /* tile row and column */
+    int64_t r0, c0;   /* first element */
+    int nr, nc;       /* valid rows and columns, 1..128 */
+};
+
+__device__ __forceinline__ tile_pos tile_at(const tile_args &a, int64_t tile) {
+    tile_pos p;
+    p.tr = tile / a.col_tiles;
+    p.tc = tile - p.tr * a.col_tiles;
+    p.r0 = p.tr * kTile;
+    p.c0 = p.tc * kTile;
+    p.nr = (int)min((int64_t)kTile, a.rows - p.r0);
+    p.nc = (int)min((int64_t)kTile, a.cols - p.c0);
+    return p;
+}
+
+/* n (0..16/sizeof(In)) leading elements of a chunk, the rest zero, stored as one 16-byte word. */
+template <typename In>
+__device__ __forceinline__ void stage_chunk_scalar(uint8_t *dst, const In *src, int n) {
+    uint32_t w[4] = {0u, 0u, 0u, 0u};
+    if (sizeof(In) == 4) {
+        const uint32_t *s = reinterpret_cast<const uint32_t *>(src);
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            if (e < n) w[e] = s[e];
+    } else {
+        const uint16_t *s = reinterpret_cast<const uint16_t *>(src);
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            if (e < n) w[e >> 1] |= (uint32_t)s[e] << (16 * (e & 1));
+    }
+    *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* Start loading tile `tile` into a stage (nothing when it is past the end).
+ * Whole 16-byte chunks go through cp.async; partial ones, and every chunk
+ * of the general path, are loaded here and stored with zero fill. */
+template <typename In, bool kAligned>
+__device__ __forceinline__ void stage_tile(const tile_args &a, int64_t tile, uint8_t *stage) {
+    if (tile >= a.num_tiles) return;
+    constexpr int kElems = 16 / (int)sizeof(In);
+    constexpr int kChunksPerRow = kTile / kElems;
+    constexpr int kRowBytes = kTile * (int)sizeof(In);
+    const tile_pos p = tile_at(a, tile);
+    const In *base = static_cast<const In *>(a.x) + p.r0 * a.x_ld + p.c0;
+#pragma unroll 4
+    for (int s = 0; s < kTile * kChunksPerRow / kThreads; ++s) {
+        const int id = (int)threadIdx.x + s * kThreads;
+        const int lr = id / kChunksPerRow, q = id % kChunksPerRow;
+        uint8_t *dst = stage + lr * kRowBytes + staged_chunk<In>(q) * 16;
+        const int n = lr < p.nr ? min(kElems, max(0, p.nc - q * kElems)) : 0;
+        const In *src = base + (n > 0 ? (int64_t)lr * a.x_ld + q * kElems : 0);
+        if (kAligned && n == kElems)
+            cp_async_16(dst, src);
+        else
+            stage_chunk_scalar<In>(dst, src, n);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Stores                                                                    */
+
+/* The n (<= 8 or 16) leading bytes of a little-endian word group. */
+template <int kWords>
+__device__ __forceinline__ void store_bytes(uint8_t *dst, const uint32_t (&w)[kWords], int n) {
+#pragma unroll
+    for (int e = 0; e < 4 * kWords; ++e)
+        if (e < n) dst[e] = (uint8_t)(w[e >> 2] >> (8 * (e & 3)));
+}
+
+/* Row i of the thread's block: 8 codes of x as stored. */
+template <bool kAligned>
+__device__ __forceinline__ void store_row_codes(const tile_args &a, const tile_pos &p, int lr,
+                                                int cc, uint32_t lo, uint32_t hi) {
+    if (lr >= p.nr) return;
+    uint8_t *dst = a.q + (p.r0 + lr) * a.q_ld + p.c0 + cc * 8;
+    const int n = p.nc - cc * 8;
+    if (kAligned && n >= 8) {
+        *reinterpret_cast<uint2 *>(dst) = make_uint2(lo, hi);
+    } else if (n > 0) {
+        const uint32_t w[2] = {lo, hi};
+        store_bytes(dst, w, n);
+    }
+}
+
+/* The transposed codes sit in shared memory as 128 rows (one per tile
+ * column) of 128 bytes. The 8-byte unit u of row c (tile rows 8u..8u+7) is
+ * kept at unit u ^ (c / 8): the 16 threads of a half warp, which write unit
+ * rb of rows cc*8 + j for cc = 0..15, then cover all 32 banks once. */
+__device__ __forceinline__ int transposed_unit(int c, int u) { return u ^ ((c >> 3) & 15); }
+
+/* Send the transposed codes from shared memory to x^T: 16 bytes a thread,
+ * 8 threads per 128-byte row piece. */
+template <bool kAligned>
+__device__ __forceinline__ void store_transposed(const tile_args &a, const tile_pos &p,
+                                                 const uint8_t *transposed) {
+#pragma unroll
+    for (int s = 0; s < kTile * kTile / 16 / kThreads; ++s) {
+        const int id = (int)threadIdx.x + s * kThreads;
+        const int c = id >> 3, k = id & 7;
+        /* logical units 2k, 2k+1 are the physical pair 2k ^ f, 2k+1 ^ f */
+        const int f = (c >> 3) & 15;
+        uint4 v = *reinterpret_cast<const uint4 *>(transposed + c * kTile + ((2 * k) ^ (f & ~1)) * 8);
+        if (f & 1) v = make_uint4(v.z, v.w, v.x, v.y);
+        if (c >= p.nc) continue;
+        uint8_t *dst = a.t + (p.c0 + c) * a.t_ld + p.r0 + k * 16;
+        const int n = p.nr - k * 16;
+        if (kAligned && n >= 16) {
+            *reinterpret_cast<uint4 *>(dst) = v;
+        } else if (n > 0) {
+            const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+            store_bytes(dst, w, n);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Partial maxima in shared memory (phase A -> B)                            */
+
+/* row_part[cc][r]: the max over columns cc*8..cc*8+7 of tile row r. A thread
+ * writes rows rb*8..rb*8+7 as 16-byte units 2rb, 2rb+1, kept at unit
+ * u ^ (cc & 7) so that 8 neighbouring threads (cc = 0..7) use 8 bank groups. */
+__device__ __forceinline__ int row_part_index(int cc, int r) {
+    return cc * kTile + ((((r >> 2) ^ (cc & 7))) << 2) + (r & 3);
+}
+/* col_part[rb][c]: the max over rows rb*8..rb*8+7 of tile column c, with the
+ * 16-byte unit flip of staged_chunk<float> for the same reason. */
+__device__ __forceinline__ int col_part_index(int rb, int c) {
+    const int u = c >> 2;
+    return rb * kTile + ((u ^ ((u >> 3) & 1)) << 2) + (c & 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The kernel                                                                */
+
+template <typename In> struct kernel_shape {
+    static constexpr int kStages = sizeof(In) == 2 ? 2 : 3;
+    static constexpr int kMinBlocks = sizeof(In) == 2 ? 2 : 1;
+    static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
+    static constexpr int kSmemBytes = kStages * kStageBytes + kScratchBytes + kMultBytes;
+};
+
+/*
+ * kBlock: one 128x128 group per tile (else 1x128 groups).
+ * kQ / kT: write the codes and scales of x / of x^T.
+ */
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
+__global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
+    quantize_tiles_kernel(const __grid_constant__ tile_args a) {
+    using shape = kernel_shape<In>;
+    constexpr int kStages = shape::kStages;
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t *const scratch = smem + kStages * shape::kStageBytes;
+    uint32_t *const row_part = reinterpret_cast<uint32_t *>(scratch);
+    uint32_t *const col_part = row_part + 16 * kTile;
+    uint8_t *const transposed = scratch;
+    float *const row_mult = reinterpret_cast<float *>(scratch + kScratchBytes);
+    float *const col_mult = row_mult + kTile;
+
+    const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15;
+    const int64_t step = gridDim.x;
+
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+        stage_tile<In, kAligned>(a, (int64_t)blockIdx.x + s * step, smem + s * shape::kStageBytes);
+        cp_async_commit();
+    }
+
+    int stage = 0;
+    for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
+        cp_async_wait<kStages - 2>();
+        __syncthreads(); /* this tile is staged; the previous tile is done with every buffer */
+        {
+            const int refill = stage == 0 ? kStages - 1 : stage - 1;
+            stage_tile<In, kAligned>(a, tile + (kStages - 1) * step, smem + refill * shape::kStageBytes);
+            cp_async_commit();
+        }
+        const tile_pos p = tile_at(a, tile);
+
+        /* A: the block into registers, partial maxima out */
+        block8x8<In> x;
+        x.load(smem + stage * shape::kStageBytes, rb, cc);
+        stage = stage == kStages - 1 ? 0 : stage + 1;
+        if (kBlock) {
+            const uint32_t m = __reduce_max_sync(0xffffffffu, x.amax_all());
+            if ((tid & 31) == 0) row_part[tid >> 5] = m;
+        } else {
+            uint32_t rmax[8], cmax[8];
+            x.amax(rmax, cmax);
+            if (kQ) {
+                uint32_t *d0 = row_part + row_part_index(cc, rb * 8);
+                uint32_t *d1 = row_part + row_part_index(cc, rb * 8 + 4);
+                *reinterpret_cast<uint4 *>(d0) = make_uint4(rmax[0], rmax[1], rmax[2], rmax[3]);
+                *reinterpret_cast<uint4 *>(d1) = make_uint4(rmax[4], rmax[5], rmax[6], rmax[7]);
+            }
+            if (kT) {
+                uint32_t *d0 = col_part + col_part_index(rb, cc * 8);
+                uint32_t *d1 = col_part + col_part_index(rb, cc * 8 + 4);
+                *reinterpret_cast<uint4 *>(d0) = make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
+                *reinterpret_cast<uint4 *>(d1) = make_uint4(cmax[4], cmax[5], cmax[6], cmax[7]);
+            }
+        }
+        __syncthreads();
+
+        /* B: multipliers and scales */
+        int nonfinite = 0;
+        if (kBlock) {
+            if (tid == 0) {
+                uint32_t m = 0;
+#pragma unroll
+                for (int w = 0; w < kThreads / 32; ++w) m = max(m, row_part[w]);
+                float mult, scale;
+                nonfinite = group_multiplier(m, a.pow2, mult, scale);
+                row_mult[0] = mult;
+                a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
+                if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
+            }
+        } else {
+            if (kQ && tid < kTile) {
+                const int r = tid;
+                uint32_t m = 0;
+#pragma unroll
+                for (int k = 0; k < 16; ++k) m = max(m, row_part[row_part_index(k, r)]);
+                float mult, scale;
+                nonfinite = group_multiplier(m, a.pow2, mult, scale);
+                row_mult[r] = mult;
+                if (r < p.nr) a.q_scales[p.tc * a.q_scale_ld + p.r0 + r] = scale;
+            }
+            const int ct = kQ ? tid - kTile : tid;
+            if (kT && ct >= 0 && ct < kTile) {
+                const int c = ct;
+                uint32_t m = 0;
+#pragma unroll
+                for (int k = 0; k < 16; ++k) m = max(m, col_part[col_part_index(k, c)]);
+                float mult, scale;
+                nonfinite = group_multiplier(m, a.pow2, mult, scale);
+                col_mult[c] = mult;
+                if (c < p.nc) a.t_scales[p.tr * a.t_scale_ld + p.c0 + c] = scale;
+            }
+        }
+        /* Groups that lie wholly outside x are all zero, never non-finite. */
+        if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
+        __syncthreads();
+
+        /* C: codes */
+        float rm[8], cm[8];
+        if (kBlock) {
+            const float m = row_mult[0];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) rm[i] = cm[i] = m;
+        } else {
+            if (kQ) {
+                const float4 r0 = *reinterpret_cast<const float4 *>(row_mult + rb * 8);
+                const float4 r1 = *reinterpret_cast<const float4 *>(row_mult + rb * 8 + 4);
+                rm[0] = r0.x; rm[1] = r0.y; rm[2] = r0.z; rm[3] = r0.w;
+                rm[4] = r1.x; rm[5] = r1.y; rm[6] = r1.z; rm[7] = r1.w;
+            }
+            if (kT) {
+                const float4 c0 = *reinterpret_cast<const float4 *>(col_mult + cc * 8);
+                const float4 c1 = *reinterpret_cast<const float4 *>(col_mult + cc * 8 + 4);
+                cm[0] = c0.x; cm[1] = c0.y; cm[2] = c0.z; cm[3] = c0.w;
+                cm[4] = c1.x; cm[5] = c1.y; cm[6] = c1.z; cm[7] = c1.w;
+            }
+        }
+        uint32_t tcode[8][2]; /* column j of the block: rows 0..3, rows 4..7 */
+#pragma unroll
+        for (int k = 0; k < 4; ++k) { /* rows 2k, 2k+1 */
+            if (kQ) {
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int i = 2 * k + h;
+                    const float m = rm[i];
+                    const uint32_t lo = pack16x2(e4m3x2(__fmul_rn(x.at(i, 0), m), __fmul_rn(x.at(i, 1), m)),
+                                                 e4m3x2(__fmul_rn(x.at(i, 2), m), __fmul_rn(x.at(i, 3), m)));
+                    const uint32_t hi = pack16x2(e4m3x2(__fmul_rn(x.at(i, 4), m), __fmul_rn(x.at(i, 5), m)),
+                                                 e4m3x2(__fmul_rn(x.at(i, 6), m), __fmul_rn(x.at(i, 7), m)));
+                    store_row_codes<kAligned>(a, p, rb * 8 + i, cc, lo, hi);
+                }
+            }
+            if (kT) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const uint32_t h = e4m3x2(__fmul_rn(x.at(2 * k, j), cm[j]),
+                                              __fmul_rn(x.at(2 * k + 1, j), cm[j]));
+                    if (k % 2 == 0)
+                        tcode[j][k / 2] = h;
+                    else
+                        tcode[j][k / 2] |= h << 16;
+                }
+            }
+        }
+        if (kT) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int c = cc * 8 + j;
+                *reinterpret_cast<uint2 *>(transposed + c * kTile + transposed_unit(c, rb) * 8) =
+                    make_uint2(tcode[j][0], tcode[j][1]);
+            }
+            __syncthreads();
+            store_transposed<kAligned>(a, p, transposed);
+        }
+    }
+    cp_async_wait<0>(); /* nothing may be in flight into shared memory at exit */
+}
+
+/* ------------------------------------------------------------------------ */
+/* Host side                                                                 */
+
+/* Launch quantize_tiles_kernel on ctx's stream over a persistent grid: as
+ * many CTAs as fit on the device at once, at most one per tile. */
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
+bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
+    auto kernel = quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned>;
+    const int smem = kernel_shape<In>::kSmemBytes;
+    BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
+    BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per_sm = 0;
+    BFP8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+    if (per_sm < 1)
+        return bfp8_fail(BFP8_ERR_CUDA, "%s: the quantize kernel does not fit on the device", fn);
+    const int64_t resident = (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms;
+    const int grid = (int)(args.num_tiles < resident ? args.num_tiles : resident);
+    kernel<<<grid, kThreads, smem, bfp8_stream_of(ctx)>>>(args);
+    BFP8_CUDA_CHECK_LAUNCH();
+    return BFP8_OK;
+}
+
+/* 16-byte accesses are possible on a matrix of element size `size`. */
+static inline bool aligned16(const void *p, int64_t ld, size_t size) {
+    return (uintptr_t)p % 16 == 0 && (ld * (int64_t)size) % 16 == 0;
+}
+
+} /* namespace bfp8_quant */
