@@ -1,0 +1,446 @@
+/*
+ * model.c - the decoder: parameter layout, initialisation, forward and
+ * backward on the CPU, the linear layers through model_linear.
+ */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "model/attention.h"
+#include "model/cross_entropy.h"
+#include "model/embedding.h"
+#include "model/matmul.h"
+#include "model/rmsnorm.h"
+#include "model/rng.h"
+#include "model/rope.h"
+#include "model/swiglu.h"
+
+enum { LINEARS_PER_BLOCK = 4 };
+
+/* ------------------------------------------------------------------------ */
+/* Arena layout: the same walk sizes the arena (base NULL) and then carves it. */
+
+typedef struct arena_plan {
+    char *base;
+    size_t used;
+} arena_plan;
+
+static void *arena_take(arena_plan *a, size_t bytes) {
+    const size_t offset = (a->used + 63) / 64 * 64;
+    a->used = offset + bytes;
+    return a->base ? a->base + offset : NULL;
+}
+
+static float *take_floats(arena_plan *a, int64_t count) {
+    return arena_take(a, (size_t)count * sizeof(float));
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) {
+    const int64_t ab = a > b ? a : b;
+    return ab > c ? ab : c;
+}
+
+/* Widest row a linear layer reads or writes. */
+static int64_t widest_row(const model_config *c) {
+    return max3(3 * (int64_t)c->dim, 2 * (int64_t)c->ffn_hidden, (int64_t)c->dim);
+}
+
+static void plan_activations(model *m, arena_plan *a) {
+    const model_config *c = &m->config;
+    const int64_t L = c->n_layers, D = c->dim, F = c->ffn_hidden, V = c->vocab_size;
+    const int64_t B = m->options.max_batch, T = m->options.max_seq, M = B * T;
+    const int64_t W = widest_row(c);
+    model_activations *act = &m->act;
+    for (int64_t l = 0; l <= L; ++l) {
+        float *r = take_floats(a, M * D);
+        if (a->base) act->residual[l] = r;
+    }
+    for (int64_t l = 0; l < L; ++l) {
+        float *mid = take_floats(a, M * D), *ar = take_floats(a, M), *mr = take_floats(a, M);
+        float *qkv = take_floats(a, M * 3 * D), *pr = take_floats(a, B * c->n_heads * T * T);
+        float *gu = take_floats(a, M * 2 * F);
+        if (a->base) {
+            act->residual_mid[l] = mid;
+            act->attn_rstd[l] = ar;
+            act->mlp_rstd[l] = mr;
+            act->qkv[l] = qkv;
+            act->probs[l] = pr;
+            act->gate_up[l] = gu;
+        }
+    }
+    act->final_rstd = take_floats(a, M);
+    act->final_out = take_floats(a, M * D);
+    act->logits = take_floats(a, M * V);
+    act->row_losses = take_floats(a, M);
+    act->work_in = take_floats(a, M * W);
+    act->grad_a = take_floats(a, M * W);
+    act->grad_b = take_floats(a, M * W);
+    act->grad_residual = take_floats(a, M * D);
+    act->attn_scratch = take_floats(a, B * c->n_heads * T);
+    act->head_t = take_floats(a, D * V);
+    m->linear_scratch.in_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
+    m->linear_scratch.out_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
+    m->linear_scratch.weight_t = take_floats(a, D * W > F * D ? D * W : F * D);
+    m->rope_cos = take_floats(a, c->max_seq * (D / c->n_heads) / 2);
+    m->rope_sin = take_floats(a, c->max_seq * (D / c->n_heads) / 2);
+    const int exact = m->options.exact_linears;
+    for (int64_t l = 0; l < L; ++l) {
+        model_block *blk = &m->blocks[l];
+        model_linear *lins[LINEARS_PER_BLOCK] = {&blk->qkv, &blk->out, &blk->gate_up, &blk->down};
+        const int64_t in_features[LINEARS_PER_BLOCK] = {D, D, D, F};
+        for (int i = 0; i < LINEARS_PER_BLOCK; ++i) {
+            void *saved = arena_take(a, model_linear_saved_bytes(in_features[i], M, exact));
+            if (a->base) lins[i]->saved_input = saved;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Parameters */
+
+static void add_tensor(model *m, size_t *offset, const char *name, int64_t rows, int64_t cols,
+                       int weight_decay) {
+    if (m->tensors) {
+        model_tensor *t = &m->tensors[m->num_tensors];
+        snprintf(t->name, sizeof t->name, "%s", name);
+        t->offset = *offset;
+        t->count = (size_t)(rows * cols);
+        t->rows = rows;
+        t->cols = cols;
+        t->weight_decay = weight_decay;
+    }
+    m->num_tensors++;
+    *offset += (size_t)(rows * cols);
+}
+
+/* The parameter layout, in arena order. Norm weights are not decayed. */
+static void layout_params(model *m) {
+    const model_config *c = &m->config;
+    const int64_t D = c->dim, F = c->ffn_hidden, V = c->vocab_size;
+    size_t offset = 0;
+    char name[40];
+    m->num_tensors = 0;
+    add_tensor(m, &offset, "tok_emb", V, D, 1);
+    for (int l = 0; l < c->n_layers; ++l) {
+        snprintf(name, sizeof name, "layers.%d.attn_norm", l);
+        add_tensor(m, &offset, name, 1, D, 0);
+        snprintf(name, sizeof name, "layers.%d.attn.qkv", l);
+        add_tensor(m, &offset, name, 3 * D, D, 1);
+        snprintf(name, sizeof name, "layers.%d.attn.out", l);
+        add_tensor(m, &offset, name, D, D, 1);
+        snprintf(name, sizeof name, "layers.%d.mlp_norm", l);
+        add_tensor(m, &offset, name, 1, D, 0);
+        snprintf(name, sizeof name, "layers.%d.mlp.gate_up", l);
+        add_tensor(m, &offset, name, 2 * F, D, 1);
+        snprintf(name, sizeof name, "layers.%d.mlp.down", l);
+        add_tensor(m, &offset, name, D, F, 1);
+    }
+    add_tensor(m, &offset, "final_norm", 1, D, 0);
+    add_tensor(m, &offset, "head", V, D, 1);
+    m->num_params = offset;
+}
+
+size_t model_param_arena_bytes(const model *m) {
+    const size_t flags = (size_t)m->config.n_layers * LINEARS_PER_BLOCK * BFP8_LINEAR_NUM_FLAGS;
+    return 4 * m->num_params * sizeof(float) + flags * sizeof(uint32_t);
+}
+
+size_t model_activation_arena_bytes(const model *m) {
+    arena_plan plan = {NULL, 0};
+    model copy = *m; /* plan_activations only writes through a non-NULL base */
+    plan_activations(&copy, &plan);
+    return plan.used;
+}
+
+bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *config,
+                         const model_options *options) {
+    if (!out || !ctx || !config || !options)
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "model_create: a pointer is NULL");
+    *out = NULL;
+    BFP8_TRY(model_config_validate(config));
+    if (options->max_batch < 1 || options->max_seq < 1 || options->max_seq > config->max_seq)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                         "model_create: batch %lld and seq %lld must be >= 1, seq <= %d",
+                         (long long)options->max_batch, (long long)options->max_seq,
+                         config->max_seq);
+    if (bfp8_recipe_name(options->recipe) == NULL)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_create: unknown recipe %d",
+                         (int)options->recipe);
+    model *m = calloc(1, sizeof *m);
+    if (!m) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "model_create: out of memory");
+    m->config = *config;
+    m->options = *options;
+    m->ctx = ctx;
+    const int L = config->n_layers;
+    layout_params(m); /* counts the tensors */
+    m->tensors = calloc((size_t)m->num_tensors, sizeof *m->tensors);
+    m->blocks = calloc((size_t)L, sizeof *m->blocks);
+    model_activations *act = &m->act;
+    act->residual = calloc((size_t)L + 1, sizeof(float *));
+    float ***per_layer[] = {&act->residual_mid, &act->attn_rstd, &act->mlp_rstd,
+                            &act->qkv,          &act->probs,     &act->gate_up};
+    int ok = m->tensors && m->blocks && act->residual;
+    for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; ++i) {
+        *per_layer[i] = calloc((size_t)L, sizeof(float *));
+        ok = ok && *per_layer[i];
+    }
+    if (!ok) {
+        model_destroy(m);
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "model_create: out of memory");
+    }
+    layout_params(m); /* fills the tensor table */
+
+    bfp8_status st = bfp8_malloc(ctx, &m->param_arena, model_param_arena_bytes(m));
+    if (st != BFP8_OK) {
+        model_destroy(m);
+        return st;
+    }
+    const size_t P = m->num_params;
+    m->params = m->param_arena;
+    m->grads = m->params + P;
+    m->adam_m = m->grads + P;
+    m->adam_v = m->adam_m + P;
+    m->nonfinite_flags = (uint32_t *)(m->adam_v + P);
+    memset(m->param_arena, 0, model_param_arena_bytes(m));
+
+    const size_t act_bytes = model_activation_arena_bytes(m);
+    st = bfp8_malloc(ctx, &m->act_arena, act_bytes);
+    if (st != BFP8_OK) {
+        model_destroy(m);
+        return bfp8_fail(st, "model_create: %.1f MiB of activations for batch %lld x seq %lld: %s",
+                         (double)act_bytes / (1 << 20), (long long)options->max_batch,
+                         (long long)options->max_seq, bfp8_last_error());
+    }
+    arena_plan plan = {m->act_arena, 0};
+    plan_activations(m, &plan);
+    rope_tables(m->rope_cos, m->rope_sin, config->max_seq, config->dim / config->n_heads,
+                config->rope_theta);
+
+    /* Point the named parameters and the linear layers into the arena. */
+    int t = 0;
+    m->tok_emb = m->params + m->tensors[t].offset;
+    m->d_tok_emb = m->grads + m->tensors[t++].offset;
+    const int64_t D = config->dim, F = config->ffn_hidden;
+    const int64_t M = options->max_batch * options->max_seq;
+    static const char *const linear_names[LINEARS_PER_BLOCK] = {"attn.qkv", "attn.out",
+                                                                "mlp.gate_up", "mlp.down"};
+    for (int l = 0; l < L; ++l) {
+        model_block *blk = &m->blocks[l];
+        model_linear *lins[LINEARS_PER_BLOCK] = {&blk->qkv, &blk->out, &blk->gate_up, &blk->down};
+        const int64_t in_f[LINEARS_PER_BLOCK] = {D, D, D, F};
+        const int64_t out_f[LINEARS_PER_BLOCK] = {3 * D, D, 2 * F, D};
+        float **norms[2] = {&blk->attn_norm, &blk->mlp_norm};
+        float **dnorms[2] = {&blk->d_attn_norm, &blk->d_mlp_norm};
+        /* tensor order per layer: attn_norm, qkv, out, mlp_norm, gate_up, down */
+        const int order[6] = {-1, 0, 1, -2, 2, 3};
+        for (int k = 0; k < 6; ++k, ++t) {
+            float *w = m->params + m->tensors[t].offset, *g = m->grads + m->tensors[t].offset;
+            if (order[k] < 0) {
+                *norms[-order[k] - 1] = w;
+                *dnorms[-order[k] - 1] = g;
+                continue;
+            }
+            const int i = order[k];
+            void *saved = lins[i]->saved_input;
+            uint32_t *flags = m->nonfinite_flags + ((size_t)l * LINEARS_PER_BLOCK + (size_t)i) *
+                                                       BFP8_LINEAR_NUM_FLAGS;
+            st = model_linear_init(lins[i], ctx, linear_names[i], l, in_f[i], out_f[i], M,
+                                   options->recipe, options->exact_linears, w, g, flags, saved);
+            if (st != BFP8_OK) {
+                model_destroy(m);
+                return st;
+            }
+        }
+    }
+    m->final_norm = m->params + m->tensors[t].offset;
+    m->d_final_norm = m->grads + m->tensors[t++].offset;
+    m->head = m->params + m->tensors[t].offset;
+    m->d_head = m->grads + m->tensors[t++].offset;
+    *out = m;
+    return BFP8_OK;
+}
+
+void model_destroy(model *m) {
+    if (!m) return;
+    if (m->blocks)
+        for (int l = 0; l < m->config.n_layers; ++l) {
+            model_linear_release(&m->blocks[l].qkv);
+            model_linear_release(&m->blocks[l].out);
+            model_linear_release(&m->blocks[l].gate_up);
+            model_linear_release(&m->blocks[l].down);
+        }
+    bfp8_free(m->ctx, m->param_arena);
+    bfp8_free(m->ctx, m->act_arena);
+    model_activations *act = &m->act;
+    free(act->residual);
+    free(act->residual_mid);
+    free(act->attn_rstd);
+    free(act->mlp_rstd);
+    free(act->qkv);
+    free(act->probs);
+    free(act->gate_up);
+    free(m->blocks);
+    free(m->tensors);
+    free(m);
+}
+
+bfp8_status model_sync_weights(model *m) {
+    for (int l = 0; l < m->config.n_layers; ++l) {
+        model_block *blk = &m->blocks[l];
+        BFP8_TRY(model_linear_set_weight(&blk->qkv));
+        BFP8_TRY(model_linear_set_weight(&blk->out));
+        BFP8_TRY(model_linear_set_weight(&blk->gate_up));
+        BFP8_TRY(model_linear_set_weight(&blk->down));
+    }
+    return BFP8_OK;
+}
+
+bfp8_status model_init_weights(model *m, uint64_t seed) {
+    rng_state rng = rng_seeded(seed);
+    const float std = 0.02f, residual_std = std / sqrtf(2.0f * (float)m->config.n_layers);
+    for (int i = 0; i < m->num_tensors; ++i) {
+        const model_tensor *t = &m->tensors[i];
+        float *w = m->params + t->offset;
+        const size_t len = strlen(t->name);
+        if (!t->weight_decay) { /* a norm */
+            for (size_t k = 0; k < t->count; ++k) w[k] = 1.0f;
+            continue;
+        }
+        const int residual = (len >= 8 && strcmp(t->name + len - 8, "attn.out") == 0) ||
+                             (len >= 8 && strcmp(t->name + len - 8, "mlp.down") == 0);
+        const float s = residual ? residual_std : std;
+        for (size_t k = 0; k < t->count; ++k) w[k] = s * rng_normal(&rng);
+    }
+    memset(m->adam_m, 0, 2 * m->num_params * sizeof(float));
+    return model_sync_weights(m);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forward and backward */
+
+static void copy_floats(float *dst, const float *src, int64_t n) {
+    memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *targets, int64_t batch,
+                          int64_t seq, double *loss) {
+    const model_config *c = &m->config;
+    const int64_t D = c->dim, F = c->ffn_hidden, V = c->vocab_size, H = c->n_heads;
+    const int64_t hd = D / H, M = batch * seq;
+    if (batch < 1 || seq < 1 || batch > m->options.max_batch || seq > m->options.max_seq)
+        return bfp8_fail(BFP8_ERR_SHAPE, "model_forward: batch %lld x seq %lld exceeds %lld x %lld",
+                         (long long)batch, (long long)seq, (long long)m->options.max_batch,
+                         (long long)m->options.max_seq);
+    for (int64_t i = 0; i < M; ++i)
+        if (tokens[i] < 0 || tokens[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V)))
+            return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                             "model_forward: token id out of range [0, %lld) at position %lld",
+                             (long long)V, (long long)i);
+    model_activations *a = &m->act;
+    const model_linear_scratch *s = &m->linear_scratch;
+    m->last_batch = batch;
+    m->last_seq = seq;
+
+    embedding_forward(a->residual[0], tokens, m->tok_emb, M, D);
+    for (int l = 0; l < c->n_layers; ++l) {
+        model_block *blk = &m->blocks[l];
+        rmsnorm_forward(a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
+        BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], 0));
+        rope_forward(a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        rope_forward(a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        attention_forward(a->work_in, a->probs[l], a->qkv[l], batch, seq, H, hd);
+        copy_floats(a->residual_mid[l], a->residual[l], M * D);
+        BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], 1));
+        rmsnorm_forward(a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
+        BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], 0));
+        swiglu_forward(a->work_in, a->gate_up[l], M, F);
+        copy_floats(a->residual[l + 1], a->residual_mid[l], M * D);
+        BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], 1));
+    }
+    rmsnorm_forward(a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D,
+                    c->norm_eps);
+    transpose_f32(a->head_t, m->head, V, D);
+    matmul_f32(a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
+    if (targets && loss) *loss = cross_entropy_forward(a->row_losses, a->logits, targets, M, V);
+    return BFP8_OK;
+}
+
+bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
+                           float loss_scale, int accumulate) {
+    const model_config *c = &m->config;
+    const int64_t D = c->dim, F = c->ffn_hidden, V = c->vocab_size, H = c->n_heads;
+    const int64_t batch = m->last_batch, seq = m->last_seq, hd = D / H, M = batch * seq;
+    if (M == 0) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_backward: no forward before it");
+    model_activations *a = &m->act;
+    const model_linear_scratch *s = &m->linear_scratch;
+    if (!accumulate) memset(m->grads, 0, m->num_params * sizeof(float));
+
+    float *dlogits = a->logits;
+    cross_entropy_backward(dlogits, a->logits, targets, M, V, loss_scale / (float)M);
+    matmul_f32(m->d_head, D, dlogits, V, 1, a->final_out, D, V, D, M, 1);
+    matmul_f32(a->grad_a, D, dlogits, V, 0, m->head, D, M, D, V, 0);
+    float *dres = a->grad_residual;
+    memset(dres, 0, (size_t)(M * D) * sizeof *dres);
+    rmsnorm_backward(dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm,
+                     a->final_rstd, M, D);
+    for (int l = c->n_layers - 1; l >= 0; --l) {
+        model_block *blk = &m->blocks[l];
+        /* dres: the gradient of the block's output */
+        BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
+        swiglu_backward(a->grad_b, a->grad_a, a->gate_up[l], M, F);
+        BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
+        rmsnorm_backward(dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
+                         a->mlp_rstd[l], M, D);
+        /* dres: the gradient of residual_mid */
+        BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, a->grad_a, accumulate));
+        attention_backward(a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch,
+                           seq, H, hd);
+        rope_backward(a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        rope_backward(a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        BFP8_TRY(model_linear_backward(&blk->qkv, s, a->grad_b, M, a->grad_a, accumulate));
+        rmsnorm_backward(dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm,
+                         a->attn_rstd[l], M, D);
+    }
+    embedding_backward(m->d_tok_emb, dres, tokens, M, D);
+    m->last_batch = m->last_seq = 0; /* the logits are gone */
+    return BFP8_OK;
+}
+
+const float *model_logits(const model *m) { return m->act.logits; }
+
+/* ------------------------------------------------------------------------ */
+/* Non-finite values in quantized tensors */
+
+bfp8_status model_check_nonfinite(model *m) {
+    const size_t n = (size_t)m->config.n_layers * LINEARS_PER_BLOCK * BFP8_LINEAR_NUM_FLAGS;
+    uint32_t host[4 * 64 * BFP8_LINEAR_NUM_FLAGS];
+    static const char *const tensor_names[BFP8_LINEAR_NUM_FLAGS] = {
+        "x (its input activations)", "W (its weight)", "dy (its output gradient)"};
+    for (size_t first = 0; first < n; first += sizeof host / sizeof host[0]) {
+        const size_t count = n - first < sizeof host / sizeof host[0] ? n - first
+                                                                       : sizeof host / sizeof host[0];
+        BFP8_TRY(bfp8_copy_to_host(m->ctx, host, m->nonfinite_flags + first, count * sizeof *host));
+        for (size_t i = 0; i < count; ++i) {
+            if (!host[i]) continue;
+            const size_t flag = first + i;
+            const size_t lin = flag / BFP8_LINEAR_NUM_FLAGS;
+            const model_block *blk = &m->blocks[lin / LINEARS_PER_BLOCK];
+            const model_linear *lins[LINEARS_PER_BLOCK] = {&blk->qkv, &blk->out, &blk->gate_up,
+                                                           &blk->down};
+            const model_linear *l = lins[lin % LINEARS_PER_BLOCK];
+            return bfp8_fail(BFP8_ERR_NONFINITE,
+                             "non-finite value (NaN/Inf) in layer %d %s: quantized tensor %s",
+                             l->layer, l->name, tensor_names[flag % BFP8_LINEAR_NUM_FLAGS]);
+        }
+    }
+    return BFP8_OK;
+}
+
+void model_clear_nonfinite(model *m) {
+    const size_t n = (size_t)m->config.n_layers * LINEARS_PER_BLOCK * BFP8_LINEAR_NUM_FLAGS;
+    bfp8_memset_zero(m->ctx, m->nonfinite_flags, n * sizeof(uint32_t));
+}

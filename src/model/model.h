@@ -1,0 +1,119 @@
+/*
+ * model.h - a Llama-style decoder on the CPU: token embedding, n_layers x
+ * [RMSNorm, qkv linear, RoPE, causal attention, out linear, residual,
+ *  RMSNorm, gate|up linear, SwiGLU, down linear, residual],
+ * final RMSNorm and an untied output head.
+ *
+ * The four linear layers of each block run through bfp8_linear with the
+ * chosen recipe; embedding, norms, attention, head and loss stay fp32.
+ * Parameters, gradients and AdamW moments live in one arena allocated at
+ * creation, activations in a second one sized for max_batch x max_seq:
+ * forward and backward allocate nothing.
+ */
+#ifndef BFP8_MODEL_MODEL_H
+#define BFP8_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blockfp8.h"
+#include "model/model_config.h"
+#include "model/model_linear.h"
+
+typedef struct model_options {
+    bfp8_recipe recipe;
+    int64_t max_batch; /* sequences per forward */
+    int64_t max_seq;   /* tokens per sequence, <= config.max_seq */
+    int exact_linears; /* 1: fp32 linear layers, no bfp8_linear (gradient checks) */
+} model_options;
+
+/* One parameter tensor: where it sits in the arena and whether AdamW decays it. */
+typedef struct model_tensor {
+    char name[40];
+    size_t offset, count;
+    int64_t rows, cols;
+    int weight_decay;
+} model_tensor;
+
+typedef struct model_block {
+    float *attn_norm, *mlp_norm;   /* dim */
+    float *d_attn_norm, *d_mlp_norm;
+    model_linear qkv, out, gate_up, down;
+} model_block;
+
+typedef struct model_activations {
+    float **residual;      /* n_layers + 1 of tokens x dim: the input of each block, then the last output */
+    float **residual_mid;  /* n_layers: after attention */
+    float **attn_rstd, **mlp_rstd; /* n_layers of tokens */
+    float **qkv;           /* n_layers of tokens x 3 dim (q, k after RoPE) */
+    float **probs;         /* n_layers of batch x heads x seq x seq */
+    float **gate_up;       /* n_layers of tokens x 2 ffn */
+    float *final_rstd;     /* tokens */
+    float *final_out;      /* tokens x dim */
+    float *logits;         /* tokens x vocab; dlogits after backward */
+    float *row_losses;     /* tokens */
+    float *work_in;        /* tokens x widest: a linear layer's fp32 input */
+    float *grad_a, *grad_b;/* tokens x widest */
+    float *grad_residual;  /* tokens x dim */
+    float *attn_scratch;   /* batch x heads x seq */
+    float *head_t;         /* dim x vocab (the head, transposed) */
+} model_activations;
+
+typedef struct model {
+    model_config config;
+    model_options options;
+    bfp8_context *ctx;
+
+    size_t num_params;
+    float *params, *grads, *adam_m, *adam_v; /* each num_params, one arena */
+    void *param_arena;
+    model_tensor *tensors;
+    int num_tensors;
+
+    float *tok_emb, *final_norm, *head;
+    float *d_tok_emb, *d_final_norm, *d_head;
+    model_block *blocks;
+
+    uint32_t *nonfinite_flags; /* 4 linears x n_layers x BFP8_LINEAR_NUM_FLAGS */
+    float *rope_cos, *rope_sin;
+    void *act_arena;
+    model_activations act;
+    model_linear_scratch linear_scratch;
+    int64_t last_batch, last_seq; /* shape of the last forward */
+} model;
+
+bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *config,
+                         const model_options *options);
+void model_destroy(model *m); /* NULL is fine */
+
+/* Bytes of the two arenas (for the start-up banner). */
+size_t model_param_arena_bytes(const model *m);
+size_t model_activation_arena_bytes(const model *m);
+
+/* Random initialisation from seed (normal 0.02, residual projections scaled
+ * by 1/sqrt(2 n_layers), norms 1), then the linear layers take the weights. */
+bfp8_status model_init_weights(model *m, uint64_t seed);
+
+/* After any change of the fp32 parameters: every linear layer re-quantizes
+ * (or re-rounds) its weight. */
+bfp8_status model_sync_weights(model *m);
+
+/* tokens, targets: batch x seq token ids. With targets, *loss is the mean
+ * cross-entropy; targets may be NULL (generation: logits only). */
+bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *targets, int64_t batch,
+                          int64_t seq, double *loss);
+
+/* Backward of the last forward (which had targets). grads = (accumulate ?
+ * grads : 0) + loss_scale * d(mean loss)/d(params). */
+bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
+                           float loss_scale, int accumulate);
+
+/* Logits of the last forward: batch*seq rows of vocab_size (before backward). */
+const float *model_logits(const model *m);
+
+/* The non-finite flags of every linear layer: BFP8_ERR_NONFINITE with a
+ * message naming the first layer and tensor that held a NaN or Inf. */
+bfp8_status model_check_nonfinite(model *m);
+void model_clear_nonfinite(model *m);
+
+#endif /* BFP8_MODEL_MODEL_H */

@@ -1,0 +1,48 @@
+/*
+ * rmsnorm.c - RMSNorm, fp32. The weight gradient is summed column by column
+ * (each thread owns columns and walks the tokens in order), so it is
+ * bitwise reproducible for any thread count.
+ */
+#include "model/rmsnorm.h"
+#include "model/parallel.h"
+
+#include <math.h>
+
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
+                     int64_t dim, float eps) {
+#pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
+    for (int64_t t = 0; t < tokens; ++t) {
+        const float *xt = x + t * dim;
+        float sum_sq = 0.0f;
+        for (int64_t i = 0; i < dim; ++i) sum_sq += xt[i] * xt[i];
+        const float r = 1.0f / sqrtf(sum_sq / (float)dim + eps);
+        rstd[t] = r;
+        float *ot = out + t * dim;
+        for (int64_t i = 0; i < dim; ++i) ot[i] = xt[i] * r * weight[i];
+    }
+}
+
+void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float *x,
+                      const float *weight, const float *rstd, int64_t tokens, int64_t dim) {
+    /* With n = x * rstd:  dx = rstd * (g - n * mean(g * n)),  g = dout * weight. */
+#pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
+    for (int64_t t = 0; t < tokens; ++t) {
+        const float *xt = x + t * dim, *dt = dout + t * dim;
+        const float r = rstd[t];
+        float dot = 0.0f;
+        for (int64_t i = 0; i < dim; ++i) dot += dt[i] * weight[i] * xt[i];
+        const float c = dot * r * r / (float)dim;
+        float *dxt = dx + t * dim;
+        for (int64_t i = 0; i < dim; ++i) dxt[i] += r * (dt[i] * weight[i] - xt[i] * c);
+    }
+    enum { COLUMNS = 16 };
+    const int64_t blocks = (dim + COLUMNS - 1) / COLUMNS;
+#pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
+    for (int64_t blk = 0; blk < blocks; ++blk) {
+        const int64_t i0 = blk * COLUMNS, i1 = i0 + COLUMNS < dim ? i0 + COLUMNS : dim;
+        float acc[COLUMNS] = {0};
+        for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t i = i0; i < i1; ++i) acc[i - i0] += dout[t * dim + i] * x[t * dim + i] * rstd[t];
+        for (int64_t i = i0; i < i1; ++i) dweight[i] += acc[i - i0];
+    }
+}

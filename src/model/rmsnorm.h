@@ -1,0 +1,18 @@
+/*
+ * rmsnorm.h - RMSNorm over the last dimension, fp32, forward and backward:
+ *   out = x * rstd * weight,   rstd = 1 / sqrt(mean(x^2) + eps)
+ */
+#ifndef BFP8_MODEL_RMSNORM_H
+#define BFP8_MODEL_RMSNORM_H
+
+#include <stdint.h>
+
+/* x, out: tokens x dim; rstd: tokens (kept for backward). */
+void rmsnorm_forward(float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
+                     int64_t dim, float eps);
+
+/* dx += d(out)/dx . dout;  dweight += sum over tokens of dout * x * rstd. */
+void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float *x,
+                      const float *weight, const float *rstd, int64_t tokens, int64_t dim);
+
+#endif /* BFP8_MODEL_RMSNORM_H */

@@ -1,0 +1,32 @@
+/*
+ * swiglu.c - SwiGLU, fp32.
+ */
+#include "model/swiglu.h"
+#include "model/parallel.h"
+
+#include <math.h>
+
+void swiglu_forward(float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
+#pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
+    for (int64_t t = 0; t < tokens; ++t) {
+        const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
+        float *o = out + t * hidden;
+        for (int64_t i = 0; i < hidden; ++i) o[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+    }
+}
+
+void swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
+                     int64_t hidden) {
+#pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
+    for (int64_t t = 0; t < tokens; ++t) {
+        const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
+        const float *d = dout + t * hidden;
+        float *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
+        for (int64_t i = 0; i < hidden; ++i) {
+            const float sig = 1.0f / (1.0f + expf(-gate[i]));
+            const float silu = gate[i] * sig;
+            dup[i] = d[i] * silu;
+            dgate[i] = d[i] * up[i] * sig * (1.0f + gate[i] * (1.0f - sig));
+        }
+    }
+}

@@ -1,0 +1,17 @@
+/*
+ * swiglu.h - the SwiGLU gate of the MLP, fp32, forward and backward:
+ *   out = silu(gate) * up,  silu(g) = g / (1 + exp(-g))
+ * gate_up holds, per token, gate | up (2 * hidden wide): the output of the
+ * fused gate-and-up linear layer.
+ */
+#ifndef BFP8_MODEL_SWIGLU_H
+#define BFP8_MODEL_SWIGLU_H
+
+#include <stdint.h>
+
+void swiglu_forward(float *out, const float *gate_up, int64_t tokens, int64_t hidden);
+/* dgate_up (written) from dout. */
+void swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
+                     int64_t hidden);
+
+#endif /* BFP8_MODEL_SWIGLU_H */
