@@ -5,23 +5,37 @@
  * x is walked in 128 x 128 tiles, one OpenMP task per tile. A tile is read
  * once into fp32, and every group lying in it is quantized from that copy:
  * the 1 x 128 groups along its rows (out_rows), along its columns (out_cols,
- * written transposed) or the whole tile as one 128 x 128 block. The math of a
- * group is formats.h's, so the CUDA kernels and this file agree bit for bit.
+ * written transposed) or the whole tile as one 128 x 128 block. The scale
+ * math is formats.h's and the codes come from its branch-free twin
+ * (encode_branchless.h), so the loops vectorize and the CUDA kernels still
+ * agree with this file bit for bit.
  */
 #include <stdlib.h>
+#include <string.h>
 
+#include "cpu/encode_branchless.h"
 #include "formats/formats.h"
 #include "internal.h"
 
 #define TILE 128
+#define ALWAYS_INLINE inline __attribute__((always_inline))
 
+typedef struct quantize_job {
+    const bfp8_matrix *x;
+    bfp8_qmatrix *out_rows, *out_cols; /* 1x128 outputs */
+    bfp8_qmatrix *out, *out_t;         /* 128x128 outputs */
+    int pow2;
+} quantize_job;
+
+/* Per-thread scratch: one tile of x as fp32 and its codes before transposing. */
 typedef struct tile {
     int64_t r0, c0; /* top-left element in x */
     int nr, nc;     /* valid rows and columns (ragged at the edges) */
-    float v[TILE * TILE];
+    _Alignas(64) float v[TILE * TILE];
+    _Alignas(64) uint8_t codes[TILE * TILE];
 } tile;
 
-static void load_tile(const bfp8_matrix *x, int64_t rb, int64_t cb, tile *t) {
+static ALWAYS_INLINE void load_tile(const bfp8_matrix *x, int64_t rb, int64_t cb, tile *t) {
     t->r0 = rb * TILE;
     t->c0 = cb * TILE;
     t->nr = (int)(x->rows - t->r0 < TILE ? x->rows - t->r0 : TILE);
@@ -29,8 +43,7 @@ static void load_tile(const bfp8_matrix *x, int64_t rb, int64_t cb, tile *t) {
     for (int i = 0; i < t->nr; ++i) {
         float *dst = t->v + i * TILE;
         if (x->dtype == BFP8_F32) {
-            const float *src = (const float *)x->data + (t->r0 + i) * x->ld + t->c0;
-            for (int j = 0; j < t->nc; ++j) dst[j] = src[j];
+            memcpy(dst, (const float *)x->data + (t->r0 + i) * x->ld + t->c0, (size_t)t->nc * sizeof(float));
         } else {
             const uint16_t *src = (const uint16_t *)x->data + (t->r0 + i) * x->ld + t->c0;
             for (int j = 0; j < t->nc; ++j) dst[j] = bfp8_decode_bf16(src[j]);
@@ -38,128 +51,178 @@ static void load_tile(const bfp8_matrix *x, int64_t rb, int64_t cb, tile *t) {
     }
 }
 
-/* Max of |v| over n values `stride` apart, as fp32 bits (NaN above Inf). */
-static uint32_t amax_bits(const float *v, int64_t stride, int n) {
-    uint32_t amax = 0;
-    for (int i = 0; i < n; ++i) {
-        const uint32_t a = bfp8_bits_of(v[i * stride]) & 0x7fffffffu;
-        amax = a > amax ? a : amax;
-    }
-    return amax;
-}
+/* |x| as fp32 bits; as int32 they order like the magnitudes, NaN above Inf. */
+static ALWAYS_INLINE int32_t abs_bits(float x) { return (int32_t)(bfp8_bits_of(x) & 0x7fffffffu); }
 
-/* Quantize one group of n values (`stride` apart) to codes `out_stride` apart.
- * Returns the group's stored scale; a non-finite group sets *nonfinite. */
-static float quantize_group(const float *v, int64_t stride, int n, uint8_t *out, int64_t out_stride,
-                            int pow2, int *nonfinite) {
-    const uint32_t amax = amax_bits(v, stride, n);
-    if (bfp8_amax_bits_nonfinite(amax)) {
-        for (int i = 0; i < n; ++i) out[i * out_stride] = 0x7f;
-        *nonfinite = 1;
+static ALWAYS_INLINE float scale_of_group(int32_t amax, int pow2, float *mult) {
+    if (bfp8_amax_bits_nonfinite((uint32_t)amax)) {
+        *mult = 0.0f;
         return bfp8_float_of(BFP8_NAN_SCALE_BITS);
     }
-    const float mult = bfp8_scale_multiplier(bfp8_float_of(amax), pow2);
-    for (int i = 0; i < n; ++i) out[i * out_stride] = bfp8_encode_e4m3(v[i * stride] * mult);
-    return 1.0f / mult;
+    *mult = bfp8_scale_multiplier(bfp8_float_of((uint32_t)amax), pow2);
+    return 1.0f / *mult;
 }
 
-static int pow2_of(const bfp8_quantize_options *options) { return options ? options->pow2_scales : 0; }
-
-static void raise_flag(const bfp8_quantize_options *options, int nonfinite) {
-    if (nonfinite && options && options->nonfinite_flag) *options->nonfinite_flag = 1;
+static ALWAYS_INLINE void encode_run(const float *restrict v, float mult, int n, uint8_t *restrict out) {
+    for (int j = 0; j < n; ++j) out[j] = bfp8_encode_e4m3_branchless(v[j] * mult);
 }
 
-/* ------------------------------------------------------------------------ */
+/* out_rows: group (row r, k-block = this tile's column block). */
+static ALWAYS_INLINE int quantize_rows_of_tile(const quantize_job *job, const tile *t) {
+    bfp8_qmatrix *q = job->out_rows;
+    int nonfinite = 0;
+    for (int i = 0; i < t->nr; ++i) {
+        const float *restrict v = t->v + i * TILE;
+        const int nc = t->nc;
+        int32_t amax = 0;
+        for (int j = 0; j < nc; ++j) amax = abs_bits(v[j]) > amax ? abs_bits(v[j]) : amax;
+        float mult;
+        const int64_t r = t->r0 + i;
+        q->scales[(t->c0 / TILE) * q->scale_ld + r] = scale_of_group(amax, job->pow2, &mult);
+        uint8_t *out = q->data + r * q->ld + t->c0;
+        if (bfp8_amax_bits_nonfinite((uint32_t)amax)) {
+            memset(out, 0x7f, (size_t)t->nc);
+            nonfinite = 1;
+        } else {
+            encode_run(v, mult, t->nc, out);
+        }
+    }
+    return nonfinite;
+}
 
-bfp8_status bfp8_cpu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
-                                    bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
-    (void)ctx;
-    const int pow2 = pow2_of(options);
-    const int64_t row_tiles = bfp8_ceil_div(x->rows, TILE), col_tiles = bfp8_ceil_div(x->cols, TILE);
-    const int64_t tiles = row_tiles * col_tiles;
+/* out_cols: row c of x^T, group (row c, k-block = this tile's row block).
+ * The codes are made row by row (vectorized along the row) into the tile's
+ * scratch, then written out transposed. */
+static ALWAYS_INLINE int quantize_cols_of_tile(const quantize_job *job, tile *t) {
+    bfp8_qmatrix *q = job->out_cols;
+    const int nr = t->nr, nc = t->nc;
+    const float *restrict v = t->v;
+    uint8_t *restrict codes = t->codes;
+    int32_t amax[TILE];
+    float mult[TILE];
+    int nonfinite = 0;
+    for (int j = 0; j < nc; ++j) amax[j] = 0;
+    for (int i = 0; i < nr; ++i)
+        for (int j = 0; j < nc; ++j) {
+            const int32_t a = abs_bits(v[i * TILE + j]);
+            amax[j] = a > amax[j] ? a : amax[j];
+        }
+    for (int j = 0; j < nc; ++j)
+        q->scales[(t->r0 / TILE) * q->scale_ld + t->c0 + j] = scale_of_group(amax[j], job->pow2, &mult[j]);
+    for (int i = 0; i < nr; ++i)
+        for (int j = 0; j < nc; ++j)
+            codes[i * TILE + j] = bfp8_encode_e4m3_branchless(v[i * TILE + j] * mult[j]);
+    for (int j = 0; j < nc; ++j) {
+        uint8_t *restrict out = q->data + (t->c0 + j) * q->ld + t->r0;
+        if (bfp8_amax_bits_nonfinite((uint32_t)amax[j])) {
+            memset(out, 0x7f, (size_t)nr);
+            nonfinite = 1;
+        } else {
+            for (int i = 0; i < nr; ++i) out[i] = codes[i * TILE + j];
+        }
+    }
+    return nonfinite;
+}
+
+/* The whole tile is one block: out gets it as is, out_t transposed. */
+static ALWAYS_INLINE int quantize_block_of_tile(const quantize_job *job, tile *t) {
+    const float *restrict v = t->v;
+    int32_t amax = 0;
+    for (int i = 0; i < t->nr; ++i)
+        for (int j = 0; j < t->nc; ++j) {
+            const int32_t a = abs_bits(v[i * TILE + j]);
+            amax = a > amax ? a : amax;
+        }
+    float mult;
+    const float scale = scale_of_group(amax, job->pow2, &mult);
+    const int nonfinite = bfp8_amax_bits_nonfinite((uint32_t)amax);
+    const int64_t rb = t->r0 / TILE, cb = t->c0 / TILE;
+    for (int i = 0; i < t->nr; ++i) {
+        uint8_t *codes = t->codes + i * TILE;
+        if (nonfinite)
+            memset(codes, 0x7f, (size_t)t->nc);
+        else
+            encode_run(t->v + i * TILE, mult, t->nc, codes);
+        memcpy(job->out->data + (t->r0 + i) * job->out->ld + t->c0, codes, (size_t)t->nc);
+    }
+    job->out->scales[rb * job->out->scale_ld + cb] = scale;
+    if (job->out_t) {
+        for (int j = 0; j < t->nc; ++j) {
+            uint8_t *out = job->out_t->data + (t->c0 + j) * job->out_t->ld + t->r0;
+            for (int i = 0; i < t->nr; ++i) out[i] = t->codes[i * TILE + j];
+        }
+        job->out_t->scales[cb * job->out_t->scale_ld + rb] = scale;
+    }
+    return nonfinite;
+}
+
+static ALWAYS_INLINE int quantize_tile_body(const quantize_job *job, int64_t rb, int64_t cb, tile *t) {
+    load_tile(job->x, rb, cb, t);
+    int nonfinite = 0;
+    if (job->out) return quantize_block_of_tile(job, t);
+    if (job->out_rows) nonfinite |= quantize_rows_of_tile(job, t);
+    if (job->out_cols) nonfinite |= quantize_cols_of_tile(job, t);
+    return nonfinite;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define BFP8_HAVE_AVX2_PATH 1
+__attribute__((target("avx2"))) static int quantize_tile_avx2(const quantize_job *job, int64_t rb,
+                                                              int64_t cb, tile *t) {
+    return quantize_tile_body(job, rb, cb, t);
+}
+#endif
+
+static int quantize_tile_baseline(const quantize_job *job, int64_t rb, int64_t cb, tile *t) {
+    return quantize_tile_body(job, rb, cb, t);
+}
+
+static bfp8_status run_quantize(const quantize_job *job, const bfp8_quantize_options *options,
+                                const char *fn) {
+    const bfp8_matrix *x = job->x;
+    const int64_t col_tiles = bfp8_ceil_div(x->cols, TILE);
+    const int64_t tiles = bfp8_ceil_div(x->rows, TILE) * col_tiles;
+    int use_avx2 = 0;
+#ifdef BFP8_HAVE_AVX2_PATH
+    use_avx2 = __builtin_cpu_supports("avx2");
+#endif
     int nonfinite = 0, out_of_memory = 0;
 
-    #pragma omp parallel reduction(| : nonfinite, out_of_memory) if (x->rows * x->cols > 16384)
+    #pragma omp parallel reduction(| : nonfinite, out_of_memory) if (tiles > 1)
     {
         tile *t = malloc(sizeof *t);
         if (!t) out_of_memory = 1;
         #pragma omp for schedule(static)
         for (int64_t ti = 0; ti < tiles; ++ti) {
             if (!t) continue;
-            const int64_t rb = ti / col_tiles, cb = ti % col_tiles;
-            load_tile(x, rb, cb, t);
-            if (out_rows) /* group (row r, k-block cb) */
-                for (int i = 0; i < t->nr; ++i) {
-                    const int64_t r = t->r0 + i;
-                    out_rows->scales[cb * out_rows->scale_ld + r] =
-                        quantize_group(t->v + i * TILE, 1, t->nc, out_rows->data + r * out_rows->ld + t->c0,
-                                       1, pow2, &nonfinite);
-                }
-            if (out_cols) /* row c of x^T, group (row c, k-block rb) */
-                for (int j = 0; j < t->nc; ++j) {
-                    const int64_t c = t->c0 + j;
-                    out_cols->scales[rb * out_cols->scale_ld + c] =
-                        quantize_group(t->v + j, TILE, t->nr, out_cols->data + c * out_cols->ld + t->r0,
-                                       1, pow2, &nonfinite);
-                }
+#ifdef BFP8_HAVE_AVX2_PATH
+            if (use_avx2) {
+                nonfinite |= quantize_tile_avx2(job, ti / col_tiles, ti % col_tiles, t);
+                continue;
+            }
+#endif
+            nonfinite |= quantize_tile_baseline(job, ti / col_tiles, ti % col_tiles, t);
         }
         free(t);
     }
-    if (out_of_memory) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_cpu_quantize_1x128: out of host memory");
-    raise_flag(options, nonfinite);
+    (void)use_avx2;
+    if (out_of_memory) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "%s: out of host memory", fn);
+    if (nonfinite && options && options->nonfinite_flag) *options->nonfinite_flag = 1;
     return BFP8_OK;
+}
+
+bfp8_status bfp8_cpu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
+                                    bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
+    (void)ctx;
+    const quantize_job job = {x, out_rows, out_cols, NULL, NULL, options ? options->pow2_scales : 0};
+    return run_quantize(&job, options, "bfp8_cpu_quantize_1x128");
 }
 
 bfp8_status bfp8_cpu_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
                                       bfp8_qmatrix *out_t, const bfp8_quantize_options *options) {
     (void)ctx;
-    const int pow2 = pow2_of(options);
-    const int64_t row_tiles = bfp8_ceil_div(x->rows, TILE), col_tiles = bfp8_ceil_div(x->cols, TILE);
-    const int64_t tiles = row_tiles * col_tiles;
-    int nonfinite = 0, out_of_memory = 0;
-
-    #pragma omp parallel reduction(| : nonfinite, out_of_memory) if (x->rows * x->cols > 16384)
-    {
-        tile *t = malloc(sizeof *t);
-        if (!t) out_of_memory = 1;
-        #pragma omp for schedule(static)
-        for (int64_t ti = 0; ti < tiles; ++ti) {
-            if (!t) continue;
-            const int64_t rb = ti / col_tiles, cb = ti % col_tiles;
-            load_tile(x, rb, cb, t);
-            uint32_t amax = 0;
-            for (int i = 0; i < t->nr; ++i) {
-                const uint32_t a = amax_bits(t->v + i * TILE, 1, t->nc);
-                amax = a > amax ? a : amax;
-            }
-            float scale;
-            if (bfp8_amax_bits_nonfinite(amax)) {
-                nonfinite = 1;
-                scale = bfp8_float_of(BFP8_NAN_SCALE_BITS);
-                for (int i = 0; i < t->nr; ++i)
-                    for (int j = 0; j < t->nc; ++j) {
-                        out->data[(t->r0 + i) * out->ld + t->c0 + j] = 0x7f;
-                        if (out_t) out_t->data[(t->c0 + j) * out_t->ld + t->r0 + i] = 0x7f;
-                    }
-            } else {
-                const float mult = bfp8_scale_multiplier(bfp8_float_of(amax), pow2);
-                scale = 1.0f / mult;
-                for (int i = 0; i < t->nr; ++i) {
-                    uint8_t *row = out->data + (t->r0 + i) * out->ld + t->c0;
-                    for (int j = 0; j < t->nc; ++j) row[j] = bfp8_encode_e4m3(t->v[i * TILE + j] * mult);
-                    if (out_t)
-                        for (int j = 0; j < t->nc; ++j) out_t->data[(t->c0 + j) * out_t->ld + t->r0 + i] = row[j];
-                }
-            }
-            out->scales[rb * out->scale_ld + cb] = scale;
-            if (out_t) out_t->scales[cb * out_t->scale_ld + rb] = scale;
-        }
-        free(t);
-    }
-    if (out_of_memory)
-        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_cpu_quantize_128x128: out of host memory");
-    raise_flag(options, nonfinite);
-    return BFP8_OK;
+    const quantize_job job = {x, NULL, NULL, out, out_t, options ? options->pow2_scales : 0};
+    return run_quantize(&job, options, "bfp8_cpu_quantize_128x128");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -189,7 +252,7 @@ bfp8_status bfp8_cpu_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_m
     for (int i = 0; i < 256; ++i) lut[i] = bfp8_decode_e4m3((uint8_t)i);
     const int per_row = q->granularity == BFP8_GRAN_1X128;
 
-    #pragma omp parallel for schedule(static) if (q->rows * q->cols > 16384)
+    #pragma omp parallel for schedule(static) if (q->rows * q->cols > 65536)
     for (int64_t r = 0; r < q->rows; ++r) {
         const uint8_t *codes = q->data + r * q->ld;
         for (int64_t c = 0; c < q->cols; ++c) {
@@ -204,7 +267,7 @@ bfp8_status bfp8_cpu_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_m
 bfp8_status bfp8_cpu_convert(bfp8_context *ctx, const bfp8_matrix *src, bfp8_matrix *dst) {
     (void)ctx;
     /* Every bf16 and fp8 value is exact in fp32, so going through fp32 is exact. */
-    #pragma omp parallel for schedule(static) if (src->rows * src->cols > 16384)
+    #pragma omp parallel for schedule(static) if (src->rows * src->cols > 65536)
     for (int64_t r = 0; r < src->rows; ++r)
         for (int64_t c = 0; c < src->cols; ++c)
             store_any(dst->dtype, dst->data, r * dst->ld + c, load_any(src->dtype, src->data, r * src->ld + c));
