@@ -1,0 +1,234 @@
+/*
+ * bench_util.c - see bench_util.h.
+ */
+#include "bench_util.h"
+
+#include <cublasLt.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+void bench_die(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fflush(stdout);
+    fprintf(stderr, "FATAL: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    exit(2);
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int compare_doubles(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int cuda_failed(cudaError_t err, const char *what, bench_timing *t) {
+    if (err == cudaSuccess) return 0;
+    snprintf(t->reason, sizeof t->reason, "%s: %s (%s)", what, cudaGetErrorName(err),
+             cudaGetErrorString(err));
+    t->ok = 0;
+    return 1;
+}
+
+bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int reps,
+                        cudaStream_t stream) {
+    bench_timing t;
+    memset(&t, 0, sizeof t);
+    t.reps = reps;
+    if (sets < 1) sets = 1;
+    if (reps < 1) reps = 1;
+    for (int i = 0; i < warmup; ++i)
+        if (fn(arg, i % sets, t.reason, sizeof t.reason) != 0) return t;
+    if (cuda_failed(cudaStreamSynchronize(stream), "warm-up", &t)) return t;
+
+    cudaEvent_t *events = calloc((size_t)reps + 1, sizeof *events);
+    double *ms = calloc((size_t)reps, sizeof *ms);
+    if (!events || !ms) bench_die("out of host memory");
+    int created = 0, failed = 0;
+    for (; created <= reps; ++created)
+        if (cuda_failed(cudaEventCreate(&events[created]), "cudaEventCreate", &t)) {
+            failed = 1;
+            break;
+        }
+    if (!failed) failed = cuda_failed(cudaEventRecord(events[0], stream), "cudaEventRecord", &t);
+    for (int i = 0; i < reps && !failed; ++i) {
+        if (fn(arg, (warmup + i) % sets, t.reason, sizeof t.reason) != 0) {
+            failed = 1;
+            break;
+        }
+        failed = cuda_failed(cudaEventRecord(events[i + 1], stream), "cudaEventRecord", &t);
+    }
+    /* Always drain the stream, so a failure leaves nothing running. */
+    const cudaError_t sync_err = cudaStreamSynchronize(stream);
+    if (!failed) failed = cuda_failed(sync_err, "the timed calls", &t);
+    if (!failed) failed = cuda_failed(cudaGetLastError(), "the timed calls", &t);
+    for (int i = 0; i < reps && !failed; ++i) {
+        float elapsed = 0.0f;
+        failed = cuda_failed(cudaEventElapsedTime(&elapsed, events[i], events[i + 1]),
+                             "cudaEventElapsedTime", &t);
+        ms[i] = elapsed;
+    }
+    if (!failed) {
+        qsort(ms, (size_t)reps, sizeof *ms, compare_doubles);
+        t.median_ms = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+        t.min_ms = ms[0];
+        t.max_ms = ms[reps - 1];
+        t.ok = 1;
+    }
+    for (int i = 0; i < created; ++i) cudaEventDestroy(events[i]);
+    free(events);
+    free(ms);
+    return t;
+}
+
+double bench_tflops(double flops, double ms) { return ms > 0.0 ? flops / (ms * 1e-3) / 1e12 : 0.0; }
+
+/* ------------------------------------------------------------------------ */
+/* NVML through dlopen: no link-time dependency, and "unknown" where the
+ * driver library is absent. Only the few entry points used are declared. */
+
+typedef int (*nvml_init_fn)(void);
+typedef int (*nvml_handle_by_pci_fn)(const char *pci_bus_id, void **device);
+typedef int (*nvml_clock_fn)(void *device, int clock_type, unsigned int *mhz);
+typedef int (*nvml_temperature_fn)(void *device, int sensor, unsigned int *celsius);
+
+enum { NVML_SUCCESS = 0, NVML_CLOCK_SM = 1, NVML_TEMPERATURE_GPU = 0 };
+
+static struct {
+    int tried;
+    void *library;
+    nvml_handle_by_pci_fn handle_by_pci;
+    nvml_clock_fn clock, max_clock;
+    nvml_temperature_fn temperature;
+} nvml;
+
+static int nvml_load(void) {
+    if (nvml.tried) return nvml.library != NULL;
+    nvml.tried = 1;
+    nvml.library = dlopen("libnvidia-ml.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (!nvml.library) return 0;
+    nvml_init_fn init = (nvml_init_fn)dlsym(nvml.library, "nvmlInit_v2");
+    nvml.handle_by_pci = (nvml_handle_by_pci_fn)dlsym(nvml.library, "nvmlDeviceGetHandleByPciBusId_v2");
+    nvml.clock = (nvml_clock_fn)dlsym(nvml.library, "nvmlDeviceGetClockInfo");
+    nvml.max_clock = (nvml_clock_fn)dlsym(nvml.library, "nvmlDeviceGetMaxClockInfo");
+    nvml.temperature = (nvml_temperature_fn)dlsym(nvml.library, "nvmlDeviceGetTemperature");
+    if (!init || !nvml.handle_by_pci || !nvml.clock || !nvml.max_clock || init() != NVML_SUCCESS) {
+        dlclose(nvml.library);
+        nvml.library = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+void bench_device_info_refresh_clocks(bench_device_info *info) {
+    info->sm_clock_mhz = info->max_sm_clock_mhz = info->temperature_c = -1;
+    if (!nvml_load()) return;
+    void *device = NULL;
+    if (nvml.handle_by_pci(info->pci_bus_id, &device) != NVML_SUCCESS) return;
+    unsigned int value = 0;
+    if (nvml.clock(device, NVML_CLOCK_SM, &value) == NVML_SUCCESS) info->sm_clock_mhz = (int)value;
+    if (nvml.max_clock(device, NVML_CLOCK_SM, &value) == NVML_SUCCESS) info->max_sm_clock_mhz = (int)value;
+    if (nvml.temperature && nvml.temperature(device, NVML_TEMPERATURE_GPU, &value) == NVML_SUCCESS)
+        info->temperature_c = (int)value;
+}
+
+void bench_device_info_read(int device, bench_device_info *info) {
+    memset(info, 0, sizeof *info);
+    info->device = device;
+    struct cudaDeviceProp props;
+    BENCH_CUDA_OR_DIE(cudaGetDeviceProperties(&props, device));
+    snprintf(info->name, sizeof info->name, "%s", props.name);
+    info->sm_count = props.multiProcessorCount;
+    info->cc_major = props.major;
+    info->cc_minor = props.minor;
+    info->l2_bytes = props.l2CacheSize;
+    info->memory_bytes = props.totalGlobalMem;
+    int khz = 0;
+    info->peak_sm_clock_mhz =
+        cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) == cudaSuccess ? khz / 1000 : -1;
+    cudaGetLastError();
+    if (cudaDeviceGetPCIBusId(info->pci_bus_id, (int)sizeof info->pci_bus_id, device) != cudaSuccess) {
+        cudaGetLastError();
+        info->pci_bus_id[0] = '\0';
+    }
+    cudaRuntimeGetVersion(&info->runtime_version);
+    cudaDriverGetVersion(&info->driver_version);
+    info->cublaslt_version = cublasLtGetVersion();
+    bench_device_info_refresh_clocks(info);
+}
+
+void bench_device_info_print(FILE *f, const bench_device_info *info) {
+    fprintf(f, "GPU %d: %s (sm_%d%d, %d SMs, L2 %d MiB, %.0f GiB), peak SM clock %d MHz",
+            info->device, info->name, info->cc_major, info->cc_minor, info->sm_count,
+            info->l2_bytes >> 20, (double)info->memory_bytes / (1u << 30), info->peak_sm_clock_mhz);
+    if (info->sm_clock_mhz >= 0)
+        fprintf(f, ", now %d MHz (max %d), %d C", info->sm_clock_mhz, info->max_sm_clock_mhz,
+                info->temperature_c);
+    else
+        fprintf(f, ", current clock unreadable (no NVML)");
+    fprintf(f, "\nCUDA runtime %d, driver %d, cuBLASLt %zu, blockfp8 %d.%d.%d\n",
+            info->runtime_version, info->driver_version, info->cublaslt_version,
+            BFP8_VERSION_MAJOR, BFP8_VERSION_MINOR, BFP8_VERSION_PATCH);
+}
+
+void bench_device_info_json(FILE *f, const char *key, const bench_device_info *info) {
+    bench_json_string(f, key);
+    fprintf(f, ": {\"name\": ");
+    bench_json_string(f, info->name);
+    fprintf(f, ", \"pci_bus_id\": ");
+    bench_json_string(f, info->pci_bus_id);
+    fprintf(f,
+            ", \"compute_capability\": \"%d.%d\", \"sm_count\": %d, \"l2_bytes\": %d, "
+            "\"memory_bytes\": %zu, \"peak_sm_clock_mhz\": %d, \"sm_clock_mhz\": %d, "
+            "\"max_sm_clock_mhz\": %d, \"temperature_c\": %d, \"cuda_runtime_version\": %d, "
+            "\"cuda_driver_version\": %d, \"cublaslt_version\": %zu, \"blockfp8_version\": "
+            "\"%d.%d.%d\"}",
+            info->cc_major, info->cc_minor, info->sm_count, info->l2_bytes, info->memory_bytes,
+            info->peak_sm_clock_mhz, info->sm_clock_mhz, info->max_sm_clock_mhz,
+            info->temperature_c, info->runtime_version, info->driver_version,
+            info->cublaslt_version, BFP8_VERSION_MAJOR, BFP8_VERSION_MINOR, BFP8_VERSION_PATCH);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int bench_parse_triple(const char *text, int64_t out[3]) {
+    const char *p = text;
+    for (int i = 0; i < 3; ++i) {
+        char *end = NULL;
+        const long long v = strtoll(p, &end, 10);
+        if (end == p || v < 1) return 0;
+        out[i] = v;
+        p = end;
+        if (i < 2) {
+            if (*p != 'x' && *p != 'X' && *p != ',') return 0;
+            ++p;
+        }
+    }
+    return *p == '\0';
+}
+
+void bench_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; ++s) {
+        const unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20) fprintf(f, "\\u%04x", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+void bench_json_number(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%.6g", v);
+    else fprintf(f, "null");
+}
+
+const char *bench_cublas_status_name(int status) {
+    return cublasLtGetStatusName((cublasStatus_t)status);
+}

@@ -1,0 +1,106 @@
+/*
+ * bench_util.h - host-side helpers of the benchmarks (bench/gemm,
+ * bench/linear): timing with CUDA events (warm-up, median), what the device
+ * and the libraries are (name, clocks, versions) and a few JSON writers.
+ */
+#ifndef BFP8_BENCH_UTIL_H
+#define BFP8_BENCH_UTIL_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "blockfp8.h"
+
+/* Setup failures (allocation, copies) end the program with exit code 2. */
+void bench_die(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2), noreturn))
+#endif
+    ;
+
+#define BENCH_CUDA_OR_DIE(call)                                                              \
+    do {                                                                                     \
+        cudaError_t bench_err_ = (call);                                                     \
+        if (bench_err_ != cudaSuccess)                                                       \
+            bench_die("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,                      \
+                      cudaGetErrorName(bench_err_), cudaGetErrorString(bench_err_));         \
+    } while (0)
+
+#define BENCH_BFP8_OR_DIE(call)                                                              \
+    do {                                                                                     \
+        bfp8_status bench_status_ = (call);                                                  \
+        if (bench_status_ != BFP8_OK)                                                        \
+            bench_die("%s:%d: %s: %s: %s", __FILE__, __LINE__, #call,                       \
+                      bfp8_status_name(bench_status_), bfp8_last_error());                   \
+    } while (0)
+
+/* ------------------------------------------------------------------------ */
+/* Timing                                                                    */
+
+/* One call of the thing timed, on input set `set`. Returns 0 on success;
+ * otherwise writes why into reason and returns non-zero. */
+typedef int (*bench_call_fn)(void *arg, int set, char *reason, size_t reason_size);
+
+typedef struct bench_timing {
+    int ok;             /* 1: every call succeeded and the figures are valid */
+    char reason[512];   /* why not, when !ok */
+    int reps;
+    double median_ms, min_ms, max_ms;
+} bench_timing;
+
+/* warmup calls, then reps calls back to back with an event between each;
+ * the figures are the per-call times between consecutive events. Calls
+ * rotate over `sets` input sets. A failing call or a CUDA error makes the
+ * timing !ok with the reason (nothing failed is ever timed). */
+bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int reps,
+                        cudaStream_t stream);
+
+static inline int64_t bench_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t bench_round_up(int64_t a, int64_t multiple) {
+    return bench_ceil_div(a, multiple) * multiple;
+}
+
+/* TFLOP/s of `flops` floating-point operations done in `ms` milliseconds. */
+double bench_tflops(double flops, double ms);
+
+/* ------------------------------------------------------------------------ */
+/* The device and the libraries                                              */
+
+typedef struct bench_device_info {
+    int device;
+    char name[256];
+    char pci_bus_id[32];
+    int sm_count;
+    int cc_major, cc_minor;
+    int l2_bytes;
+    int peak_sm_clock_mhz;   /* cudaDevAttrClockRate; -1 if unknown */
+    size_t memory_bytes;
+    int runtime_version, driver_version; /* e.g. 13000 */
+    size_t cublaslt_version;             /* e.g. 130100 */
+    /* From NVML when it loads (dlopen), else -1. */
+    int sm_clock_mhz, max_sm_clock_mhz, temperature_c;
+} bench_device_info;
+
+void bench_device_info_read(int device, bench_device_info *info);
+/* Refresh the NVML figures (clock, temperature) only. */
+void bench_device_info_refresh_clocks(bench_device_info *info);
+void bench_device_info_print(FILE *f, const bench_device_info *info);
+/* Writes "key": {...} (no trailing comma). */
+void bench_device_info_json(FILE *f, const char *key, const bench_device_info *info);
+
+/* ------------------------------------------------------------------------ */
+/* Small pieces                                                              */
+
+/* Parses "AxBxC" (also "A,B,C") into three sizes >= 1; returns 1 on success. */
+int bench_parse_triple(const char *text, int64_t out[3]);
+
+/* A JSON string literal (escaped) / a number (non-finite -> null). */
+void bench_json_string(FILE *f, const char *s);
+void bench_json_number(FILE *f, double v);
+
+/* The name of a cuBLAS status ("CUBLAS_STATUS_NOT_SUPPORTED"). */
+const char *bench_cublas_status_name(int status);
+
+#endif /* BFP8_BENCH_UTIL_H */
