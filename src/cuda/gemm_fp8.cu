@@ -6,10 +6,11 @@
  *   bfp8_cuda_gemm_1d1d: D[N, K] = C + A[N, M] . B[K, M]^T, both 1x128
  *
  * Environment (for benchmarking and debugging):
- *   BFP8_GEMM_CONFIG="bn=192,cluster=2"  force a configuration
+ *   BFP8_GEMM_CONFIG="bn=192,cm=2,cn=1"  force a configuration (cluster of cm x cn tiles)
  *   BFP8_GEMM_TRACE=1                     print the configuration of each call
  */
 #include <cudaTypedefs.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +85,7 @@ bfp8_status check_tma_operand(const bfp8_qmatrix *q, const char *what) {
 
 struct Config {
     int bn;
-    int cluster;
+    int cm, cn; /* cluster of cm x cn tiles: A shared by cn CTAs, B by cm CTAs */
 };
 
 const char *env_or_null(const char *name) {
@@ -92,101 +93,142 @@ const char *env_or_null(const char *name) {
     return v && *v ? v : nullptr;
 }
 
-/* Tiles per SM in the last wave, as a fraction of a full wave (1 = no tail). */
-double wave_efficiency(int64_t tiles, int slots) {
-    const int64_t waves = (tiles + slots - 1) / slots;
-    return (double)tiles / (double)(waves * slots);
+/* Relative speed of each configuration on large, aligned shapes (measured on
+ * an H200, bench/results/). */
+const Config CANDIDATES[] = {{128, 1, 1}, {128, 2, 1}, {128, 1, 2}, {128, 2, 2},
+                             {192, 1, 1}, {192, 2, 1}, {192, 1, 2}, {192, 2, 2}};
+const double CANDIDATE_SPEED[] = {1.00, 1.04, 1.04, 1.06, 1.05, 1.09, 1.07, 1.10};
+constexpr int NUM_CANDIDATES = (int)(sizeof CANDIDATES / sizeof CANDIDATES[0]);
+
+template <int BN, bool B_1X128> constexpr int stages_for() {
+    constexpr int limit = 227 * 1024;
+    constexpr int per_stage = bfp8_gemm::SharedLayout<BN, B_1X128, 1>::STAGE_BYTES;
+    constexpr int fixed = 1024 + 64;
+    constexpr int fit = (limit - fixed) / (per_stage + 16);
+    return fit > 8 ? 8 : fit;
 }
 
-Config choose_config(int m, int n, int num_sms) {
-    Config best = {128, 1};
-    double best_score = -1.0;
-    const int bns[2] = {128, 192};
-    for (int bi = 0; bi < 2; ++bi)
-        for (int cluster = 1; cluster <= 2; ++cluster) {
-            const int bn = bns[bi];
-            const int64_t m_tiles = bfp8_ceil_div(m, 128), n_tiles = bfp8_ceil_div(n, bn);
-            const int64_t cluster_tiles = bfp8_ceil_div(m_tiles, cluster) * n_tiles;
-            /* useful work over work done, counting padding and the last wave */
-            const double padding = (double)m * n / (double)(cluster_tiles * cluster * 128 * bn);
-            const double score = padding * wave_efficiency(cluster_tiles, num_sms / cluster) *
-                                 (bn == 192 ? 1.04 : 1.0) * (cluster == 2 ? 1.03 : 1.0);
-            if (score > best_score + 1e-9) {
-                best_score = score;
-                best = {bn, cluster};
-            }
+template <int BN, int CM, int CN, bool B_1X128> struct Kernel {
+    static constexpr int STAGES = stages_for<BN, B_1X128>();
+    static constexpr int CLUSTER = CM * CN;
+    using Layout = bfp8_gemm::SharedLayout<BN, B_1X128, STAGES>;
+    static constexpr auto function = bfp8_gemm::gemm_fp8_blockwise_kernel<BN, CM, CN, B_1X128, STAGES>;
+
+    static cudaLaunchConfig_t launch_config(const bfp8_context *ctx, cudaLaunchAttribute *attr, unsigned ctas) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(ctas, 1, 1);
+        cfg.blockDim = dim3(bfp8_gemm::NUM_THREADS, 1, 1);
+        cfg.dynamicSmemBytes = Layout::TOTAL;
+        cfg.stream = bfp8_stream_of(ctx);
+        attr->id = cudaLaunchAttributeClusterDimension;
+        attr->val.clusterDim.x = CLUSTER;
+        attr->val.clusterDim.y = 1;
+        attr->val.clusterDim.z = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        return cfg;
+    }
+
+    /* A persistent grid must be fully resident, and a cluster needs all its
+     * CTAs in one GPC, so fewer than num_sms / CLUSTER clusters may fit. */
+    static int max_active_clusters(const bfp8_context *ctx) {
+        static int cached = 0;
+        if (cached == 0) {
+            if (cudaFuncSetAttribute(function, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Layout::TOTAL) !=
+                cudaSuccess)
+                return 0;
+            cudaLaunchAttribute attr;
+            cudaLaunchConfig_t cfg =
+                launch_config(ctx, &attr, (unsigned)(bfp8_cuda_state_of(ctx)->num_sms / CLUSTER * CLUSTER));
+            int n = 0;
+            if (cudaOccupancyMaxActiveClusters(&n, function, &cfg) != cudaSuccess) n = 0;
+            cached = n;
         }
-    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
-        int bn = best.bn, cl = best.cluster;
-        const char *b = strstr(forced, "bn="), *c = strstr(forced, "cluster=");
-        if (b) bn = atoi(b + 3);
-        if (c) cl = atoi(c + 8);
-        if ((bn == 128 || bn == 192) && (cl == 1 || cl == 2)) best = {bn, cl};
+        return cached;
+    }
+};
+
+template <bool B_1X128> int max_active_clusters(const Config &c, const bfp8_context *ctx) {
+#define BFP8_CASE(BN_, CM_, CN_) \
+    if (c.bn == BN_ && c.cm == CM_ && c.cn == CN_) return Kernel<BN_, CM_, CN_, B_1X128>::max_active_clusters(ctx);
+    BFP8_CASE(128, 1, 1) BFP8_CASE(128, 2, 1) BFP8_CASE(128, 1, 2) BFP8_CASE(128, 2, 2)
+    BFP8_CASE(192, 1, 1) BFP8_CASE(192, 2, 1) BFP8_CASE(192, 1, 2) BFP8_CASE(192, 2, 2)
+#undef BFP8_CASE
+    return 0;
+}
+
+/* The configuration with the least estimated time: waves of resident
+ * clusters times the cost of one CTA tile (its width over its speed). */
+template <bool B_1X128> Config choose_config(int m, int n, const bfp8_context *ctx) {
+    Config best = CANDIDATES[0];
+    double best_time = INFINITY;
+    for (int i = 0; i < NUM_CANDIDATES; ++i) {
+        const Config c = CANDIDATES[i];
+        const int slots = max_active_clusters<B_1X128>(c, ctx);
+        if (slots < 1) continue;
+        const int64_t cluster_tiles = bfp8_ceil_div(bfp8_ceil_div(m, 128), c.cm) * bfp8_ceil_div(bfp8_ceil_div(n, c.bn), c.cn);
+        const int64_t waves = (cluster_tiles + slots - 1) / slots;
+        const double time = (double)waves * c.bn / CANDIDATE_SPEED[i];
+        if (time < best_time * (1.0 - 1e-9)) {
+            best_time = time;
+            best = c;
+        }
+    }
+    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) { /* e.g. "bn=192,cm=2,cn=1" */
+        Config f = best;
+        const char *b = strstr(forced, "bn="), *m_ = strstr(forced, "cm="), *n_ = strstr(forced, "cn=");
+        if (b) f.bn = atoi(b + 3);
+        if (m_) f.cm = atoi(m_ + 3);
+        if (n_) f.cn = atoi(n_ + 3);
+        if ((f.bn == 128 || f.bn == 192) && (f.cm == 1 || f.cm == 2) && (f.cn == 1 || f.cn == 2)) best = f;
     }
     return best;
 }
 
-template <int BN, int CLUSTER, bool B_1X128> constexpr int stages_for() {
-    constexpr int limit = 227 * 1024;
-    constexpr int per_stage = bfp8_gemm::SharedLayout<BN, B_1X128, 1>::STAGE_BYTES;
-    constexpr int fixed = 1024 + 64;
-    return (limit - fixed) / (per_stage + 16) > 8 ? 8 : (limit - fixed) / (per_stage + 16);
-}
-
-template <int BN, int CLUSTER, bool B_1X128>
+template <int BN, int CM, int CN, bool B_1X128>
 bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, Params p) {
-    constexpr int STAGES = stages_for<BN, CLUSTER, B_1X128>();
-    using L = bfp8_gemm::SharedLayout<BN, B_1X128, STAGES>;
-    auto kernel = bfp8_gemm::gemm_fp8_blockwise_kernel<BN, CLUSTER, B_1X128, STAGES>;
-
+    using K = Kernel<BN, CM, CN, B_1X128>;
     CUtensorMap tmap_a, tmap_b, tmap_sa, tmap_sb;
-    BFP8_TRY(operand_map(&tmap_a, a, bfp8_gemm::BLOCK_M, "a"));
-    BFP8_TRY(operand_map(&tmap_b, b, BN / CLUSTER, "b"));
+    BFP8_TRY(operand_map(&tmap_a, a, bfp8_gemm::BLOCK_M / CN, "a"));
+    BFP8_TRY(operand_map(&tmap_b, b, BN / CM, "b"));
     BFP8_TRY(scale_map(&tmap_sa, a, bfp8_gemm::BLOCK_M, "a scales"));
     if (B_1X128)
         BFP8_TRY(scale_map(&tmap_sb, b, BN, "b scales"));
     else
         tmap_sb = tmap_sa; /* unused */
 
-    static bool attributes_set = false; /* per instantiation */
-    if (!attributes_set) {
-        BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L::TOTAL));
-        attributes_set = true;
-    }
-
     p.num_m_tiles = (int)bfp8_ceil_div(p.m, bfp8_gemm::BLOCK_M);
     p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
-    p.group_m = 16 / CLUSTER;
-    const int num_sms = bfp8_cuda_state_of(ctx)->num_sms;
-    const int64_t cluster_tiles = bfp8_ceil_div(p.num_m_tiles, CLUSTER) * (int64_t)p.num_n_tiles;
-    const int64_t clusters = cluster_tiles < num_sms / CLUSTER ? cluster_tiles : num_sms / CLUSTER;
+    p.group_m = 16 / CM;
+    const int max_clusters = K::max_active_clusters(ctx);
+    if (max_clusters < 1)
+        return bfp8_fail(BFP8_ERR_CUDA, "no cluster of %d CTAs of the GEMM kernel fits on this GPU", K::CLUSTER);
+    const int64_t cluster_tiles = bfp8_ceil_div(p.num_m_tiles, CM) * bfp8_ceil_div(p.num_n_tiles, CN);
+    const int64_t clusters = cluster_tiles < max_clusters ? cluster_tiles : max_clusters;
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg = K::launch_config(ctx, &attr, (unsigned)(clusters * K::CLUSTER));
 
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    cfg.gridDim = dim3((unsigned)(clusters * CLUSTER), 1, 1);
-    cfg.blockDim = dim3(bfp8_gemm::NUM_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = L::TOTAL;
-    cfg.stream = bfp8_stream_of(ctx);
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CLUSTER;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
     if (env_or_null("BFP8_GEMM_TRACE"))
-        fprintf(stderr, "blockfp8 gemm %s: M=%d N=%d K=%d bn=%d cluster=%d stages=%d grid=%u smem=%u\n",
-                B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BN, CLUSTER, STAGES, cfg.gridDim.x, L::TOTAL);
-    BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, tmap_a, tmap_b, tmap_sa, tmap_sb, p));
+        fprintf(stderr, "blockfp8 gemm %s: M=%d N=%d K=%d bn=%d cluster=%dx%d stages=%d grid=%u (max clusters %d)\n",
+                B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BN, CM, CN, K::STAGES, cfg.gridDim.x, max_clusters);
+    BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, p));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
+template <int BN, bool B_1X128>
+bfp8_status launch_cluster(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                           const Params &p) {
+    if (c.cm == 1 && c.cn == 1) return launch<BN, 1, 1, B_1X128>(ctx, a, b, p);
+    if (c.cm == 2 && c.cn == 1) return launch<BN, 2, 1, B_1X128>(ctx, a, b, p);
+    if (c.cm == 1 && c.cn == 2) return launch<BN, 1, 2, B_1X128>(ctx, a, b, p);
+    return launch<BN, 2, 2, B_1X128>(ctx, a, b, p);
+}
+
 template <bool B_1X128>
 bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p) {
-    const Config cfg = choose_config(p.m, p.n, bfp8_cuda_state_of(ctx)->num_sms);
-    if (cfg.bn == 192)
-        return cfg.cluster == 2 ? launch<192, 2, B_1X128>(ctx, a, b, p) : launch<192, 1, B_1X128>(ctx, a, b, p);
-    return cfg.cluster == 2 ? launch<128, 2, B_1X128>(ctx, a, b, p) : launch<128, 1, B_1X128>(ctx, a, b, p);
+    const Config c = choose_config<B_1X128>(p.m, p.n, ctx);
+    return c.bn == 192 ? launch_cluster<192, B_1X128>(c, ctx, a, b, p) : launch_cluster<128, B_1X128>(c, ctx, a, b, p);
 }
 
 Params output_params(const bfp8_matrix *d, const bfp8_matrix *c) {

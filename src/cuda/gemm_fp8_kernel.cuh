@@ -16,8 +16,9 @@
  *     "full" and an "empty" mbarrier;
  *   - warpgroups 0 and 1 do the math on 64 rows each: 4 wgmma m64nBNk32 per
  *     k-block into a scratch accumulator, then fin += scale * acc;
- *   - with CLUSTER = 2, two CTAs on neighbouring m-tiles share the B tile:
- *     each loads half and multicasts it to both, halving B's L2 traffic;
+ *   - CTAs are grouped in clusters of CM x CN tiles: the CN CTAs of one
+ *     m-tile each load 1/CN of the A tile and multicast it to the others, and
+ *     the CM CTAs of one n-tile share B the same way, cutting L2 traffic;
  *   - tiles are handed out round-robin over a grouped ("swizzled") order so
  *     that the tiles in flight at one time share A and B rows in L2.
  */
@@ -34,8 +35,13 @@ constexpr int BLOCK_M = 128; /* two math warpgroups of 64 rows */
 constexpr int BLOCK_K = 128; /* one scale block per pipeline stage */
 constexpr int NUM_THREADS = 384;
 constexpr int MATH_WARPS = 8;
-constexpr int PRODUCER_REGS = 40;
-constexpr int MATH_REGS = 232;
+constexpr int PRODUCER_REGS = 56;
+constexpr int MATH_REGS = 224;
+/* setmaxnreg.inc blocks until the registers are free in the CTA's own pool: what
+ * the producer gives back must cover what the math warpgroups take, or it hangs. */
+constexpr int LAUNCH_REGS = 65536 / NUM_THREADS / 8 * 8; /* 168 */
+static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (MATH_REGS - LAUNCH_REGS) * 256,
+              "register reallocation must balance");
 
 enum OutputKind { OUTPUT_BF16 = 0, OUTPUT_F32 = 1, OUTPUT_F32_ACCUMULATE = 2 };
 
@@ -74,16 +80,17 @@ template <int BN, bool B_1X128, int STAGES> struct SharedLayout {
     static_assert(SA_BYTES % 128 == 0 && SB_BYTES % 128 == 0, "TMA destinations need 128-byte alignment");
 };
 
-/* Cluster tile t -> (cluster row, n tile), in groups of group_m cluster rows
- * walked column by column, so concurrently running tiles reuse L2. */
-__device__ __forceinline__ void tile_coordinates(int t, int num_cluster_rows, int num_n_tiles,
-                                                 int group_m, int *cluster_row, int *n_tile) {
-    const int per_group = group_m * num_n_tiles;
+/* Cluster tile t -> (cluster row, cluster column), in groups of group_m
+ * cluster rows walked column by column, so concurrently running tiles share
+ * A and B rows in L2. */
+__device__ __forceinline__ void tile_coordinates(int t, int num_cluster_rows, int num_cluster_cols,
+                                                 int group_m, int *cluster_row, int *cluster_col) {
+    const int per_group = group_m * num_cluster_cols;
     const int group = t / per_group, first = group * group_m;
     const int rows = min(num_cluster_rows - first, group_m);
     const int r = t - group * per_group;
     *cluster_row = first + r % rows;
-    *n_tile = r / rows;
+    *cluster_col = r / rows;
 }
 
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
@@ -125,7 +132,7 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
     }
 }
 
-template <int BN, int CLUSTER, bool B_1X128, int STAGES>
+template <int BN, int CM, int CN, bool B_1X128, int STAGES>
 __global__ void __launch_bounds__(NUM_THREADS, 1)
     gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
@@ -135,7 +142,8 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
     using L = SharedLayout<BN, B_1X128, STAGES>;
     constexpr int ACC = BN / 2; /* accumulator floats per thread: 64 rows x BN over 128 threads */
     static_assert(BN % 64 == 0 && BN <= 256, "BN must be a multiple of 64");
-    static_assert(CLUSTER == 1 || CLUSTER == 2, "clusters of 1 or 2 CTAs");
+    static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
+    constexpr int CLUSTER = CM * CN;
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -148,6 +156,11 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
 
     const int warpgroup = threadIdx.x / 128;
     const uint32_t cta_rank = CLUSTER > 1 ? cluster_cta_rank() : 0;
+    const int cm = (int)cta_rank % CM, cn = (int)cta_rank / CM; /* my place in the cluster tile */
+    /* CTAs that share my A tile (same cm) and my B tile (same cn) */
+    uint16_t a_peers = 0, b_peers = 0;
+    for (int i = 0; i < CN; ++i) a_peers |= (uint16_t)(1u << (cm + CM * i));
+    for (int i = 0; i < CM; ++i) b_peers |= (uint16_t)(1u << (i + CM * cn));
 
     if (threadIdx.x == 256) {
         tma_prefetch_descriptor(&tmap_a);
@@ -164,8 +177,9 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
 
     const int num_clusters = gridDim.x / CLUSTER;
     const int cluster_id = blockIdx.x / CLUSTER;
-    const int num_cluster_rows = (p.num_m_tiles + CLUSTER - 1) / CLUSTER;
-    const int num_tiles = num_cluster_rows * p.num_n_tiles;
+    const int num_cluster_rows = (p.num_m_tiles + CM - 1) / CM;
+    const int num_cluster_cols = (p.num_n_tiles + CN - 1) / CN;
+    const int num_tiles = num_cluster_rows * num_cluster_cols;
 
     if (warpgroup == 2) {
         /* ---------------- producer ---------------- */
@@ -174,23 +188,27 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
             int stage = 0;
             uint32_t phase = 0;
             for (int t = cluster_id; t < num_tiles; t += num_clusters) {
-                int cluster_row, n_tile;
-                tile_coordinates(t, num_cluster_rows, p.num_n_tiles, p.group_m, &cluster_row, &n_tile);
-                const int m0 = (cluster_row * CLUSTER + (int)cta_rank) * BLOCK_M, n0 = n_tile * BN;
+                int cluster_row, cluster_col;
+                tile_coordinates(t, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
+                const int m0 = (cluster_row * CM + cm) * BLOCK_M, n0 = (cluster_col * CN + cn) * BN;
                 for (int kb = 0; kb < p.num_k_blocks; ++kb) {
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], L::STAGE_BYTES);
                     const int k0 = kb * BLOCK_K;
-                    tma_load_2d(smem_a + stage * L::A_BYTES, &tmap_a, &full[stage], k0, m0);
-                    tma_load_2d(smem_sa + stage * BLOCK_M, &tmap_scale_a, &full[stage], m0, kb);
-                    if (CLUSTER == 1) {
-                        tma_load_2d(smem_b + stage * L::B_BYTES, &tmap_b, &full[stage], k0, n0);
-                    } else {
-                        /* my half of B, to both CTAs */
-                        tma_load_2d_multicast(smem_b + stage * L::B_BYTES + cta_rank * (L::B_BYTES / 2),
-                                              &tmap_b, &full[stage], k0, n0 + (int)cta_rank * (BN / 2),
-                                              (uint16_t)((1u << CLUSTER) - 1));
+                    uint8_t *a_dst = smem_a + stage * L::A_BYTES, *b_dst = smem_b + stage * L::B_BYTES;
+                    if constexpr (CN == 1) {
+                        tma_load_2d(a_dst, &tmap_a, &full[stage], k0, m0);
+                    } else { /* my slice of the A tile, to every CTA of this m-tile */
+                        tma_load_2d_multicast(a_dst + cn * (L::A_BYTES / CN), &tmap_a, &full[stage], k0,
+                                              m0 + cn * (BLOCK_M / CN), a_peers);
                     }
+                    if constexpr (CM == 1) {
+                        tma_load_2d(b_dst, &tmap_b, &full[stage], k0, n0);
+                    } else { /* my slice of the B tile, to every CTA of this n-tile */
+                        tma_load_2d_multicast(b_dst + cm * (L::B_BYTES / CM), &tmap_b, &full[stage], k0,
+                                              n0 + cm * (BN / CM), b_peers);
+                    }
+                    tma_load_2d(smem_sa + stage * BLOCK_M, &tmap_scale_a, &full[stage], m0, kb);
                     if (B_1X128) tma_load_2d(smem_sb + stage * BN, &tmap_scale_b, &full[stage], n0, kb);
                     if (++stage == STAGES) {
                         stage = 0;
@@ -205,31 +223,34 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4; /* and row_in_tile + 8 */
         const int col_in_chunk = 2 * (lane % 4);
-        float acc[ACC], fin[ACC];
+        float fin[ACC], acc[ACC];
         int stage = 0;
         uint32_t phase = 0;
 
         for (int t = cluster_id; t < num_tiles; t += num_clusters) {
-            int cluster_row, n_tile;
-            tile_coordinates(t, num_cluster_rows, p.num_n_tiles, p.group_m, &cluster_row, &n_tile);
-            const int m0 = (cluster_row * CLUSTER + (int)cta_rank) * BLOCK_M, n0 = n_tile * BN;
-            /* 1D2D: the tile's columns meet at most two 128-column scale blocks */
-            const int nb0 = n0 / 128, nb1 = min(nb0 + 1, p.num_b_blocks - 1);
+            int cluster_row, cluster_col;
+            tile_coordinates(t, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
+            const int m0 = (cluster_row * CM + cm) * BLOCK_M, n0 = (cluster_col * CN + cn) * BN;
+            /* 1D2D: the tile's columns meet at most two 128-column scale blocks
+             * (a tile past the last column reads the last block and stores nothing) */
+            const int nb0 = min(n0 / 128, p.num_b_blocks - 1), nb1 = min(nb0 + 1, p.num_b_blocks - 1);
             const int split = 128 - (n0 % 128); /* first column of block nb1 */
+            const float *b_scales0 = p.b_block_scales + nb0 * p.b_block_scale_ld;
+            const float *b_scales1 = p.b_block_scales + nb1 * p.b_block_scale_ld;
 
 #pragma unroll
             for (int i = 0; i < ACC; ++i) fin[i] = 0.0f;
 
-            for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-                float sb0 = 0.0f, sb1 = 0.0f;
-                if (!B_1X128) { /* issued early: the loads land while the tensor core works */
-                    sb0 = __ldg(p.b_block_scales + nb0 * p.b_block_scale_ld + kb);
-                    if (BN > 128 || split < BN) sb1 = __ldg(p.b_block_scales + nb1 * p.b_block_scale_ld + kb);
+            /* Wait for the stage's data and start its 4 wgmma into acc. 1D2D: also
+             * load B's scales of k-block kb now, so they land while the tensor core works. */
+            auto issue = [&](int s, uint32_t ph, float(&acc)[ACC], int kb, float &sb0, float &sb1) {
+                if constexpr (!B_1X128) {
+                    sb0 = __ldg(b_scales0 + kb);
+                    sb1 = (BN > 128 || split < BN) ? __ldg(b_scales1 + kb) : sb0;
                 }
-                mbar_wait(&full[stage], phase);
-
-                const uint64_t desc_a = wgmma_desc_k_major_sw128(smem_a + stage * L::A_BYTES + warpgroup * 64 * BLOCK_K);
-                const uint64_t desc_b = wgmma_desc_k_major_sw128(smem_b + stage * L::B_BYTES);
+                mbar_wait(&full[s], ph);
+                const uint64_t desc_a = wgmma_desc_k_major_sw128(smem_a + s * L::A_BYTES + warpgroup * 64 * BLOCK_K);
+                const uint64_t desc_b = wgmma_desc_k_major_sw128(smem_b + s * L::B_BYTES);
                 fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
@@ -240,20 +261,22 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
                         wgmma_m64n192k32_e4m3(acc, desc_a + 2 * ks, desc_b + 2 * ks, ks > 0);
                 }
                 wgmma_commit();
-                const float sa0 = smem_sa[stage * BLOCK_M + row_in_tile];
-                const float sa1 = smem_sa[stage * BLOCK_M + row_in_tile + 8];
-                wgmma_wait<0>();
-                fence_accumulators(acc);
+            };
 
+            /* fin += scales * acc for the k-block kb held in stage s, then free the stage. */
+            auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1) {
+                fence_accumulators(acc);
+                const float sa0 = smem_sa[s * BLOCK_M + row_in_tile];
+                const float sa1 = smem_sa[s * BLOCK_M + row_in_tile + 8];
                 if constexpr (B_1X128) {
-                    const float *sb = smem_sb + stage * BN + col_in_chunk;
+                    const float *sb = smem_sb + s * BN + col_in_chunk;
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
-                        const float2 s = *reinterpret_cast<const float2 *>(sb + 8 * j);
-                        fin[4 * j + 0] += (sa0 * s.x) * acc[4 * j + 0];
-                        fin[4 * j + 1] += (sa0 * s.y) * acc[4 * j + 1];
-                        fin[4 * j + 2] += (sa1 * s.x) * acc[4 * j + 2];
-                        fin[4 * j + 3] += (sa1 * s.y) * acc[4 * j + 3];
+                        const float2 v = *reinterpret_cast<const float2 *>(sb + 8 * j);
+                        fin[4 * j + 0] += (sa0 * v.x) * acc[4 * j + 0];
+                        fin[4 * j + 1] += (sa0 * v.y) * acc[4 * j + 1];
+                        fin[4 * j + 2] += (sa1 * v.x) * acc[4 * j + 2];
+                        fin[4 * j + 3] += (sa1 * v.y) * acc[4 * j + 3];
                     }
                 } else {
                     const float s00 = sa0 * sb0, s10 = sa1 * sb0, s01 = sa0 * sb1, s11 = sa1 * sb1;
@@ -267,21 +290,32 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
                         fin[4 * j + 3] += s1 * acc[4 * j + 3];
                     }
                 }
-
-                /* this warp is done with the stage (wgmma finished, scales read) */
+                /* this warp is done with the stage: its wgmma finished, its scales are read */
                 __syncwarp();
                 if (lane == 0) {
                     if constexpr (CLUSTER == 1) {
-                        mbar_arrive(&empty[stage]);
+                        mbar_arrive(&empty[s]);
                     } else {
 #pragma unroll
-                        for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(&empty[stage], (uint32_t)c);
+                        for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(&empty[s], (uint32_t)c);
                     }
                 }
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
+            };
+
+            auto next_stage = [&](int &s, uint32_t &ph) {
+                if (++s == STAGES) {
+                    s = 0;
+                    ph ^= 1;
                 }
+            };
+
+            for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+                const int s = stage;
+                float sb0 = 0.0f, sb1 = 0.0f;
+                issue(s, phase, acc, kb, sb0, sb1);
+                next_stage(stage, phase);
+                wgmma_wait<0>();
+                promote(s, acc, sb0, sb1);
             }
 
             const int row = m0 + row_in_tile;

@@ -184,7 +184,8 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
             free(tile);
         }
     }
-    printf("  ok-checked %s\n", name);
+    const char *forced = getenv("BFP8_GEMM_CONFIG");
+    printf("  checked %s [%s]\n", name, forced ? forced : "auto");
     free(out);
     free(c_host);
     bfp8_free(gpu, d.data);
@@ -224,13 +225,18 @@ static bfp8_qmatrix random_device_operand(int64_t rows, int64_t cols, bfp8_granu
     return q;
 }
 
+/* Every kernel configuration (src/cuda/gemm_fp8.cu), and "" for the heuristic's choice. */
+static const char *configs[] = {"bn=128,cm=1,cn=1", "bn=128,cm=2,cn=1", "bn=128,cm=1,cn=2", "bn=128,cm=2,cn=2",
+                                "bn=192,cm=1,cn=1", "bn=192,cm=2,cn=1", "bn=192,cm=1,cn=2", "bn=192,cm=2,cn=2",
+                                ""};
+enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
+
 static void time_configs(void) {
     static const int64_t fprop[][3] = {{16384, 4096, 4096}, {16384, 14336, 4096}, {16384, 4096, 14336},
                                        {4096, 7168, 16384}, {8192, 8192, 8192}};
     static const int64_t wgrad[][3] = {/* N, K, M(tokens) */ {4096, 4096, 16384}, {14336, 4096, 16384},
                                        {4096, 14336, 16384}, {8192, 8192, 8192}};
-    static const char *configs[] = {"bn=128,cluster=1", "bn=128,cluster=2", "bn=192,cluster=1",
-                                    "bn=192,cluster=2", ""};
+
     printf("\n%-10s %-22s %-18s %10s %8s\n", "gemm", "shape", "config", "time_us", "TFLOP/s");
     for (int kind = 0; kind < 2; ++kind) {
         const int count = kind == 0 ? 5 : 4;
@@ -241,7 +247,7 @@ static void time_configs(void) {
             bfp8_qmatrix b = random_device_operand(cols, kdim, kind == 0 ? BFP8_GRAN_128X128 : BFP8_GRAN_1X128, 12);
             const bfp8_dtype dt = kind == 0 ? BFP8_BF16 : BFP8_F32;
             bfp8_matrix d = {gpu_alloc((size_t)(rows * cols) * bfp8_dtype_size(dt)), dt, rows, cols, cols};
-            for (int c = 0; c < 5; ++c) {
+            for (int c = 0; c < NUM_CONFIGS; ++c) {
                 if (configs[c][0]) setenv("BFP8_GEMM_CONFIG", configs[c], 1);
                 else unsetenv("BFP8_GEMM_CONFIG");
                 bfp8_status st = BFP8_OK;
@@ -283,6 +289,7 @@ static void time_configs(void) {
 
 int main(int argc, char **argv) {
     int small = 0, timing = 0;
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a kill */
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--small")) small = 1;
         else if (!strcmp(argv[i], "--time")) timing = 1;
@@ -304,6 +311,15 @@ int main(int argc, char **argv) {
             run_case(GEMM_1D2D, ms[i], ns[j], k, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
             if (!small || i == 4) run_case(GEMM_1D2D, ms[i], ns[j], k, BFP8_F32, 0, 0, seed++);
         }
+    /* every configuration on ragged shapes: partial cluster tiles at both edges */
+    for (int c = 0; c + 1 < NUM_CONFIGS; ++c) {
+        setenv("BFP8_GEMM_CONFIG", configs[c], 1);
+        run_case(GEMM_1D2D, 1000, 2120, 1000, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
+        run_case(GEMM_1D2D, 300, 200, 4096, BFP8_F32, 0, 0, seed++);
+        run_case(GEMM_1D1D, 1000, 136, 4097, BFP8_F32, 1, 0, seed++);
+        run_case(GEMM_1D1D, 520, 392, 133, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
+    }
+    unsetenv("BFP8_GEMM_CONFIG");
     /* wgrad shapes that crash other implementations, and ragged token counts */
     static const int64_t wg[][3] = {/* N, K, M tokens */ {1536, 256, 2048}, {512, 1024, 147456 / 8},
                                     {768, 768, 133},  {768, 256, 1},    {256, 768, 4095},
