@@ -1,2 +1,258 @@
-/* linear.c - the float8 linear layer (placeholder: being written). */
+/*
+ * linear.c - the linear layer y = x W^T in the three recipes of
+ * docs/RECIPE.md section 7, written over the public ops only, so the same
+ * code runs on the CPU reference and on the CUDA kernels.
+ *
+ *   fp8-blockwise            set_weight  W -> W_q, W^T_q (128x128, one pass)
+ *                            forward     x -> x_q (1x128 along K), x^T_q (1x128 along M), one pass
+ *                                        y = gemm_1d2d(x_q, W_q)
+ *                            backward    dy -> dy_q, dy^T_q, one pass
+ *                                        dx = gemm_1d2d(dy_q, W^T_q)
+ *                                        dW (+)= gemm_1d1d(dy^T_q, x^T_q)          fp32
+ *   fp8-blockwise-bf16wgrad  as above, but x is kept as given (bf16) and
+ *                                        dW (+)= gemm_bf16(dy^T, x^T transposed)   fp32
+ *   bf16                     W converted to bf16 at set_weight; the three GEMMs are bf16.
+ *
+ * Every buffer is allocated at create, sized by max_tokens; forward and
+ * backward build views of them for the current token count and allocate
+ * nothing.
+ */
+#include <stdlib.h>
+#include <string.h>
+
 #include "internal.h"
+
+static const char *const recipe_names[] = {"bf16", "fp8-blockwise", "fp8-blockwise-bf16wgrad"};
+#define RECIPE_COUNT 3
+
+const char *bfp8_recipe_name(bfp8_recipe recipe) {
+    return (int)recipe >= 0 && (int)recipe < RECIPE_COUNT ? recipe_names[recipe] : NULL;
+}
+
+bfp8_status bfp8_recipe_from_name(const char *name, bfp8_recipe *recipe) {
+    if (!name || !recipe) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_recipe_from_name: NULL argument");
+    for (int i = 0; i < RECIPE_COUNT; ++i)
+        if (strcmp(name, recipe_names[i]) == 0) {
+            *recipe = (bfp8_recipe)i;
+            return BFP8_OK;
+        }
+    return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                     "unknown recipe \"%s\" (expected bf16, fp8-blockwise or fp8-blockwise-bf16wgrad)", name);
+}
+
+/* ------------------------------------------------------------------------ */
+
+/* Backend memory for one quantized operand of up to rows x cols. */
+typedef struct qbuffer {
+    uint8_t *data;
+    float *scales;
+} qbuffer;
+
+struct bfp8_linear {
+    bfp8_context *ctx;
+    bfp8_linear_config cfg;
+    int weight_set;
+    int64_t tokens;          /* M of the last forward; 0 before the first */
+    const uint16_t *x_saved; /* the last forward's x (recipes with a bf16 wgrad) */
+    qbuffer w_q, wt_q;       /* fp8 recipes: W (N x K) and W^T (K x N), 128x128 */
+    qbuffer x_q, xt_q;       /* x (M x K) and x^T (K x M, fp8 wgrad only), 1x128 */
+    qbuffer dy_q, dyt_q;     /* dy (M x N) and dy^T (N x M, fp8 wgrad only), 1x128 */
+    uint16_t *w_bf16;        /* bf16 recipe: W (N x K) */
+};
+
+static int is_fp8(const bfp8_linear *lin) { return lin->cfg.recipe != BFP8_RECIPE_BF16; }
+static int has_fp8_wgrad(const bfp8_linear *lin) { return lin->cfg.recipe == BFP8_RECIPE_FP8_BLOCKWISE; }
+
+static bfp8_status alloc_qbuffer(bfp8_context *ctx, qbuffer *b, int64_t rows, int64_t cols,
+                                 bfp8_granularity gran) {
+    bfp8_qmatrix layout;
+    size_t data_bytes, scale_bytes;
+    BFP8_TRY(bfp8_qmatrix_layout(&layout, rows, cols, gran, &data_bytes, &scale_bytes));
+    BFP8_TRY(bfp8_malloc(ctx, (void **)&b->data, data_bytes));
+    return bfp8_malloc(ctx, (void **)&b->scales, scale_bytes);
+}
+
+static void free_qbuffer(bfp8_context *ctx, qbuffer *b) {
+    bfp8_free(ctx, b->data);
+    bfp8_free(ctx, b->scales);
+}
+
+/* A view of buffer b as a rows x cols quantized matrix in the canonical layout.
+ * The canonical layout of fewer rows or columns fits in the buffer of the most. */
+static bfp8_qmatrix view(const qbuffer *b, int64_t rows, int64_t cols, bfp8_granularity gran) {
+    bfp8_qmatrix q;
+    (void)bfp8_qmatrix_layout(&q, rows, cols, gran, NULL, NULL);
+    q.data = b->data;
+    q.scales = b->scales;
+    return q;
+}
+
+static bfp8_quantize_options options_for(const bfp8_linear *lin, int flag) {
+    const bfp8_quantize_options o = {lin->cfg.pow2_scales,
+                                     lin->cfg.nonfinite_flags ? lin->cfg.nonfinite_flags + flag : NULL};
+    return o;
+}
+
+void bfp8_linear_destroy(bfp8_linear *lin) {
+    if (!lin) return;
+    qbuffer *buffers[] = {&lin->w_q, &lin->wt_q, &lin->x_q, &lin->xt_q, &lin->dy_q, &lin->dyt_q};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; ++i) free_qbuffer(lin->ctx, buffers[i]);
+    bfp8_free(lin->ctx, lin->w_bf16);
+    free(lin);
+}
+
+static bfp8_status check_config(const bfp8_context *ctx, const bfp8_linear_config *cfg) {
+    static const char fn[] = "bfp8_linear_create";
+    if (cfg->in_features < 1 || cfg->out_features < 1 || cfg->max_tokens < 1)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                         "%s: in_features %lld, out_features %lld, max_tokens %lld (each must be >= 1)", fn,
+                         (long long)cfg->in_features, (long long)cfg->out_features,
+                         (long long)cfg->max_tokens);
+    if (!bfp8_recipe_name(cfg->recipe))
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: unknown recipe %d", fn, (int)cfg->recipe);
+    if (cfg->pow2_scales != 0 && cfg->pow2_scales != 1)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: pow2_scales must be 0 or 1", fn);
+    if (cfg->nonfinite_flags) {
+        if ((uintptr_t)cfg->nonfinite_flags % sizeof(uint32_t) != 0)
+            return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: nonfinite_flags not 4-byte aligned", fn);
+        BFP8_TRY(bfp8_check_pointer(ctx, cfg->nonfinite_flags, "bfp8_linear_create: nonfinite_flags"));
+    }
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_linear_create(bfp8_linear **out, bfp8_context *ctx, const bfp8_linear_config *cfg) {
+    if (!out || !ctx || !cfg)
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_linear_create: lin, ctx or cfg is NULL");
+    BFP8_TRY(check_config(ctx, cfg));
+    bfp8_linear *lin = calloc(1, sizeof *lin);
+    if (!lin) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_linear_create: out of host memory");
+    lin->ctx = ctx;
+    lin->cfg = *cfg;
+    const int64_t n = cfg->out_features, k = cfg->in_features, m = cfg->max_tokens;
+    bfp8_status st = BFP8_OK;
+    if (is_fp8(lin)) {
+        if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->w_q, n, k, BFP8_GRAN_128X128);
+        if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->wt_q, k, n, BFP8_GRAN_128X128);
+        if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->x_q, m, k, BFP8_GRAN_1X128);
+        if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->dy_q, m, n, BFP8_GRAN_1X128);
+        if (has_fp8_wgrad(lin)) {
+            if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->xt_q, k, m, BFP8_GRAN_1X128);
+            if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->dyt_q, n, m, BFP8_GRAN_1X128);
+        }
+    } else {
+        st = bfp8_malloc(ctx, (void **)&lin->w_bf16, (size_t)(n * k) * sizeof(uint16_t));
+    }
+    if (st != BFP8_OK) {
+        bfp8_linear_destroy(lin);
+        return st;
+    }
+    *out = lin;
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_linear_set_weight(bfp8_linear *lin, const float *weight) {
+    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_linear_set_weight: lin is NULL");
+    const int64_t n = lin->cfg.out_features, k = lin->cfg.in_features;
+    const bfp8_matrix w = {(void *)weight, BFP8_F32, n, k, k};
+    lin->weight_set = 0;
+    if (is_fp8(lin)) {
+        bfp8_qmatrix w_q = view(&lin->w_q, n, k, BFP8_GRAN_128X128);
+        bfp8_qmatrix wt_q = view(&lin->wt_q, k, n, BFP8_GRAN_128X128);
+        const bfp8_quantize_options o = options_for(lin, BFP8_LINEAR_FLAG_W);
+        BFP8_TRY(bfp8_quantize_128x128(lin->ctx, &w, &w_q, &wt_q, &o));
+    } else {
+        bfp8_matrix w_bf16 = {lin->w_bf16, BFP8_BF16, n, k, k};
+        BFP8_TRY(bfp8_convert(lin->ctx, &w, &w_bf16));
+    }
+    lin->weight_set = 1;
+    return BFP8_OK;
+}
+
+static bfp8_status check_ready(const bfp8_linear *lin, const char *fn) {
+    if (!lin->weight_set)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no weight: call bfp8_linear_set_weight first", fn);
+    return BFP8_OK;
+}
+
+/* A bf16 activation pointer: present, aligned, in the backend's memory. */
+static bfp8_status check_bf16_pointer(const bfp8_linear *lin, const void *p, const char *what) {
+    if (!p) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s is NULL", what);
+    if ((uintptr_t)p % sizeof(uint16_t) != 0)
+        return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s is not 2-byte aligned", what);
+    return bfp8_check_pointer(lin->ctx, p, what);
+}
+
+bfp8_status bfp8_linear_forward(bfp8_linear *lin, const uint16_t *x, int64_t tokens, uint16_t *y) {
+    static const char fn[] = "bfp8_linear_forward";
+    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
+    BFP8_TRY(check_ready(lin, fn));
+    BFP8_TRY(check_bf16_pointer(lin, x, "bfp8_linear_forward: x"));
+    BFP8_TRY(check_bf16_pointer(lin, y, "bfp8_linear_forward: y"));
+    if (tokens < 1 || tokens > lin->cfg.max_tokens)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: tokens %lld, expected 1..max_tokens (%lld)", fn,
+                         (long long)tokens, (long long)lin->cfg.max_tokens);
+    const int64_t m = tokens, n = lin->cfg.out_features, k = lin->cfg.in_features;
+    const bfp8_matrix xm = {(void *)x, BFP8_BF16, m, k, k};
+    bfp8_matrix ym = {y, BFP8_BF16, m, n, n};
+    lin->tokens = 0; /* what a failed forward leaves cannot be differentiated */
+    if (is_fp8(lin)) {
+        bfp8_qmatrix x_q = view(&lin->x_q, m, k, BFP8_GRAN_1X128);
+        bfp8_qmatrix xt_q = view(&lin->xt_q, k, m, BFP8_GRAN_1X128);
+        const bfp8_qmatrix w_q = view(&lin->w_q, n, k, BFP8_GRAN_128X128);
+        const bfp8_quantize_options o = options_for(lin, BFP8_LINEAR_FLAG_X);
+        BFP8_TRY(bfp8_quantize_1x128(lin->ctx, &xm, &x_q, has_fp8_wgrad(lin) ? &xt_q : NULL, &o));
+        BFP8_TRY(bfp8_gemm_1d2d(lin->ctx, &x_q, &w_q, &ym));
+    } else {
+        const bfp8_matrix w = {lin->w_bf16, BFP8_BF16, n, k, k};
+        BFP8_TRY(bfp8_gemm_bf16(lin->ctx, &xm, 0, &w, 0, NULL, &ym));
+    }
+    lin->x_saved = has_fp8_wgrad(lin) ? NULL : x;
+    lin->tokens = m;
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t *dx, float *dw,
+                                 int accumulate) {
+    static const char fn[] = "bfp8_linear_backward";
+    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
+    BFP8_TRY(check_ready(lin, fn));
+    if (lin->tokens == 0)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no forward to differentiate (call bfp8_linear_forward first)", fn);
+    if (accumulate != 0 && accumulate != 1)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: accumulate must be 0 or 1", fn);
+    BFP8_TRY(check_bf16_pointer(lin, dy, "bfp8_linear_backward: dy"));
+    if (dx) BFP8_TRY(check_bf16_pointer(lin, dx, "bfp8_linear_backward: dx"));
+    if (!dw) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: dw is NULL", fn);
+    if ((uintptr_t)dw % sizeof(float) != 0)
+        return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: dw is not 4-byte aligned", fn);
+    BFP8_TRY(bfp8_check_pointer(lin->ctx, dw, "bfp8_linear_backward: dw"));
+
+    const int64_t m = lin->tokens, n = lin->cfg.out_features, k = lin->cfg.in_features;
+    const bfp8_matrix dym = {(void *)dy, BFP8_BF16, m, n, n};
+    bfp8_matrix dwm = {dw, BFP8_F32, n, k, k};
+    const bfp8_matrix *c = accumulate ? &dwm : NULL;
+    if (is_fp8(lin)) {
+        bfp8_qmatrix dy_q = view(&lin->dy_q, m, n, BFP8_GRAN_1X128);
+        bfp8_qmatrix dyt_q = view(&lin->dyt_q, n, m, BFP8_GRAN_1X128);
+        const bfp8_quantize_options o = options_for(lin, BFP8_LINEAR_FLAG_DY);
+        if (dx || has_fp8_wgrad(lin))
+            BFP8_TRY(bfp8_quantize_1x128(lin->ctx, &dym, dx ? &dy_q : NULL, has_fp8_wgrad(lin) ? &dyt_q : NULL, &o));
+        if (dx) {
+            const bfp8_qmatrix wt_q = view(&lin->wt_q, k, n, BFP8_GRAN_128X128);
+            bfp8_matrix dxm = {dx, BFP8_BF16, m, k, k};
+            BFP8_TRY(bfp8_gemm_1d2d(lin->ctx, &dy_q, &wt_q, &dxm));
+        }
+        if (has_fp8_wgrad(lin)) {
+            const bfp8_qmatrix xt_q = view(&lin->xt_q, k, m, BFP8_GRAN_1X128);
+            return bfp8_gemm_1d1d(lin->ctx, &dyt_q, &xt_q, c, &dwm);
+        }
+    } else if (dx) {
+        /* dx[M, K] = dy[M, N] . W[N, K]: W as stored is op(B)^T, i.e. B transposed */
+        const bfp8_matrix w = {lin->w_bf16, BFP8_BF16, n, k, k};
+        bfp8_matrix dxm = {dx, BFP8_BF16, m, k, k};
+        BFP8_TRY(bfp8_gemm_bf16(lin->ctx, &dym, 0, &w, 1, NULL, &dxm));
+    }
+    /* dW[N, K] = dy^T[N, M] . x[M, K]: both stored M-major, so both transposed */
+    const bfp8_matrix xm = {(void *)lin->x_saved, BFP8_BF16, m, k, k};
+    return bfp8_gemm_bf16(lin->ctx, &dym, 1, &xm, 1, c, &dwm);
+}
