@@ -740,7 +740,9 @@ static int run_problem(bench_env *env, problem_result *r) {
             v->timing = bench_time(defs[i].fn, &p, p.sets, env->warmup, env->reps, stream);
             if (!v->timing.ok) {
                 v->ran = 0;
-                snprintf(v->reason, sizeof v->reason, "while timing: %s", v->timing.reason);
+                char why[sizeof v->timing.reason];
+                memcpy(why, v->timing.reason, sizeof why);
+                snprintf(v->reason, sizeof v->reason, "while timing: %s", why);
                 const cudaError_t err = cudaStreamSynchronize(stream);
                 if (err != cudaSuccess) {
                     fprintf(stderr, "FATAL: %s left a CUDA error while timing: %s\n", v->name,
@@ -780,8 +782,8 @@ static double speedup(const problem_result *r, const char *num, const char *den)
 }
 
 static void print_cell(double v, const char *fmt, int width) {
-    if (isfinite(v)) printf(fmt, width, v);
-    else printf("%*s", width, "n/a");
+    if (isfinite(v)) printf(fmt, width, v); /* fmt starts with the separating space */
+    else printf(" %*s", width, "n/a");
 }
 
 static double tflops_of(const problem_result *r, const char *name) {

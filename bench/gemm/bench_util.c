@@ -44,7 +44,10 @@ bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int r
     if (sets < 1) sets = 1;
     if (reps < 1) reps = 1;
     for (int i = 0; i < warmup; ++i)
-        if (fn(arg, i % sets, t.reason, sizeof t.reason) != 0) return t;
+        if (fn(arg, i % sets, t.reason, sizeof t.reason) != 0) {
+            cudaStreamSynchronize(stream); /* leave nothing running behind a failure */
+            return t;
+        }
     if (cuda_failed(cudaStreamSynchronize(stream), "warm-up", &t)) return t;
 
     cudaEvent_t *events = calloc((size_t)reps + 1, sizeof *events);

@@ -34,9 +34,10 @@ if [ ! -x "$test_bin" ] || [ ! -x "$gemm_bin" ]; then
         { echo "BUILD FAILED (see $out/build.log)"; tail -20 "$out/build.log"; exit 1; }
 fi
 
+# At most 7 files land in <out-dir> (the device tool brings back 8).
 if command -v nvidia-smi > /dev/null; then
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw,power.limit \
-        --format=csv > "$out/gpu.txt" 2>&1
+        --format=csv >> "$summary" 2>&1
 fi
 
 failed=0
@@ -77,6 +78,5 @@ if [ -f "$out/bench_linear.log" ]; then
     sed -n '/^==== Summary/,$p' "$out/bench_linear.log"
 fi
 echo "======== steps ========"
-cat "$out/gpu.txt" 2>/dev/null
 cat "$summary"
 exit $failed

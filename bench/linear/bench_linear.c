@@ -198,7 +198,11 @@ static int run_shape(bfp8_context *ctx, cudaStream_t stream, shape_result *s, in
         r->forward = bench_time(call_forward, &run, 1, warmup, reps, stream);
         r->step = bench_time(call_step, &run, 1, warmup, reps, stream);
         r->ran = r->step.ok;
-        if (!r->step.ok) snprintf(r->reason, sizeof r->reason, "while timing: %s", r->step.reason);
+        if (!r->step.ok) {
+            char why[sizeof r->step.reason];
+            memcpy(why, r->step.reason, sizeof why);
+            snprintf(r->reason, sizeof r->reason, "while timing: %s", why);
+        }
         bfp8_linear_destroy(run.lin);
         if (cudaStreamSynchronize(stream) != cudaSuccess) {
             fprintf(stderr, "FATAL: CUDA error after timing recipe %s\n", recipe_label(r->recipe));
