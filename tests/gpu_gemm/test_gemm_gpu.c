@@ -6,6 +6,8 @@
  *   test_gemm_gpu --small    ragged shapes only: the compute-sanitizer set
  *   test_gemm_gpu --time     time every kernel configuration on the
  *                            TARGETS.md shapes (BFP8_GEMM_CONFIG forced)
+ *   test_gemm_gpu --profile  only one 1D2D and one 1D1D launch on 8192^3, for
+ *                            ncu -k regex:gemm_fp8
  *
  * Bars (RECIPE.md section 5): vs the fp64 GEMM of the same fp8 data and
  * scales, SQNR >= 40 dB overall and in every 128x128 tile; vs the fp64 GEMM
@@ -288,17 +290,30 @@ static void time_configs(void) {
 /* ------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
-    int small = 0, timing = 0;
+    int small = 0, timing = 0, profile = 0;
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a kill */
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--small")) small = 1;
         else if (!strcmp(argv[i], "--time")) timing = 1;
-        else test_fatal("unknown option %s (use --small or --time)", argv[i]);
+        else if (!strcmp(argv[i], "--profile")) profile = 1;
+        else test_fatal("unknown option %s (use --small, --time or --profile)", argv[i]);
     }
     TEST_REQUIRE_GPU();
     if (bfp8_context_create(&cpu, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
         bfp8_context_create(&gpu, BFP8_BACKEND_CUDA, 0) != BFP8_OK)
         test_fatal("context: %s", bfp8_last_error());
+
+    if (profile) {
+        bfp8_qmatrix a = random_device_operand(8192, 8192, BFP8_GRAN_1X128, 1);
+        bfp8_qmatrix b2 = random_device_operand(8192, 8192, BFP8_GRAN_128X128, 2);
+        bfp8_qmatrix b1 = random_device_operand(8192, 8192, BFP8_GRAN_1X128, 3);
+        bfp8_matrix d16 = {gpu_alloc((size_t)8192 * 8192 * 2), BFP8_BF16, 8192, 8192, 8192};
+        bfp8_matrix d32 = {gpu_alloc((size_t)8192 * 8192 * 4), BFP8_F32, 8192, 8192, 8192};
+        CHECK_OK(bfp8_gemm_1d2d(gpu, &a, &b2, &d16));
+        CHECK_OK(bfp8_gemm_1d1d(gpu, &a, &b1, &d32, &d32));
+        CHECK_OK(bfp8_context_synchronize(gpu));
+        return test_exit_code("test_gemm_gpu --profile");
+    }
 
     /* Ragged shapes (RECIPE.md section 6, issue 4 and 5 lists), hard data. */
     static const int64_t ms[] = {1, 64, 127, 129, 1000};
