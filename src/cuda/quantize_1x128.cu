@@ -17,32 +17,8 @@ static bfp8_status launch_1x128(bfp8_context *ctx, const tile_args &args, bool r
 
 bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
                                      bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
-    const size_t in_size = bfp8_dtype_size(x->dtype);
-    tile_args args = {};
-    args.x = x->data;
-    args.x_ld = x->ld;
-    args.rows = x->rows;
-    args.cols = x->cols;
-    bool aligned = aligned16(x->data, x->ld, in_size);
-    if (out_rows) {
-        args.q = out_rows->data;
-        args.q_ld = out_rows->ld;
-        args.q_scales = out_rows->scales;
-        args.q_scale_ld = out_rows->scale_ld;
-        aligned = aligned && aligned16(out_rows->data, out_rows->ld, 1);
-    }
-    if (out_cols) {
-        args.t = out_cols->data;
-        args.t_ld = out_cols->ld;
-        args.t_scales = out_cols->scales;
-        args.t_scale_ld = out_cols->scale_ld;
-        aligned = aligned && aligned16(out_cols->data, out_cols->ld, 1);
-    }
-    args.nonfinite_flag = options ? options->nonfinite_flag : NULL;
-    args.pow2 = options ? options->pow2_scales : 0;
-    args.col_tiles = bfp8_cdiv(x->cols, kTile);
-    args.num_tiles = bfp8_cdiv(x->rows, kTile) * args.col_tiles;
-
+    bool aligned;
+    const tile_args args = make_tile_args(x, out_rows, out_cols, options, &aligned);
     const bool rows = out_rows != NULL, cols = out_cols != NULL;
     if (x->dtype == BFP8_BF16)
         return aligned ? launch_1x128<uint16_t, true>(ctx, args, rows, cols)

@@ -64,12 +64,12 @@ struct tile_args {
 /* ------------------------------------------------------------------------ */
 /* Instructions                                                              */
 
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
+/* tests/gpu_quantize/quantize_emulated.cpp runs this kernel on CPU threads,
+ * to check its indexing without a GPU, and supplies these four itself. */
+#ifndef BFP8_QUANT_EMULATION
 __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(smem)), "l"(gmem)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
+                 ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "l"(gmem)
                  : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -83,6 +83,7 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
     return h;
 }
+#endif
 __device__ __forceinline__ uint32_t pack16x2(uint32_t lo, uint32_t hi) { return lo | (hi << 16); }
 
 /* formats.h's bfp8_scale_multiplier with the division spelled __fdiv_rn, so
@@ -508,6 +509,47 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Arguments (host)                                                          */
+
+/* 16-byte accesses are possible on a matrix of element size `size`. */
+static inline bool aligned16(const void *p, int64_t ld, size_t size) {
+    return (uintptr_t)p % 16 == 0 && (ld * (int64_t)size) % 16 == 0;
+}
+
+/* Kernel arguments for x and its two optional code matrices (validated by
+ * src/ops); *aligned tells whether every access can be 16 bytes wide. */
+static inline tile_args make_tile_args(const bfp8_matrix *x, const bfp8_qmatrix *q,
+                                       const bfp8_qmatrix *t, const bfp8_quantize_options *options,
+                                       bool *aligned) {
+    tile_args a = {};
+    a.x = x->data;
+    a.x_ld = x->ld;
+    a.rows = x->rows;
+    a.cols = x->cols;
+    *aligned = aligned16(x->data, x->ld, bfp8_dtype_size(x->dtype));
+    if (q) {
+        a.q = q->data;
+        a.q_ld = q->ld;
+        a.q_scales = q->scales;
+        a.q_scale_ld = q->scale_ld;
+        *aligned = *aligned && aligned16(q->data, q->ld, 1);
+    }
+    if (t) {
+        a.t = t->data;
+        a.t_ld = t->ld;
+        a.t_scales = t->scales;
+        a.t_scale_ld = t->scale_ld;
+        *aligned = *aligned && aligned16(t->data, t->ld, 1);
+    }
+    a.nonfinite_flag = options ? options->nonfinite_flag : NULL;
+    a.pow2 = options ? options->pow2_scales : 0;
+    a.col_tiles = (x->cols + kTile - 1) / kTile;
+    a.num_tiles = (x->rows + kTile - 1) / kTile * a.col_tiles;
+    return a;
+}
+
+#ifndef BFP8_QUANT_EMULATION
+/* ------------------------------------------------------------------------ */
 /* Host side                                                                 */
 
 /* Launch quantize_tiles_kernel on ctx's stream over a persistent grid: as
@@ -528,10 +570,6 @@ bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, cons
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
-
-/* 16-byte accesses are possible on a matrix of element size `size`. */
-static inline bool aligned16(const void *p, int64_t ld, size_t size) {
-    return (uintptr_t)p % 16 == 0 && (ld * (int64_t)size) % 16 == 0;
-}
+#endif
 
 } /* namespace bfp8_quant */
