@@ -1,6 +1,11 @@
 /*
  * attention.c - causal multi-head self-attention, fp32, exact softmax with
  * the probabilities stored (the model's sequences are short on the CPU).
+ *
+ * Each (batch, head) is a handful of small matrix products, done by the
+ * vectorized fp32 GEMM on one thread; threads split the (batch, head)
+ * pairs. Rows go in blocks of ROWS so the products skip most of the masked
+ * upper triangle: a block of queries only meets the keys up to its end.
  */
 #include "model/attention.h"
 #include "model/parallel.h"
@@ -8,41 +13,55 @@
 #include <math.h>
 #include <string.h>
 
-static float dot(const float *a, const float *b, int64_t n) {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-    return s;
+#include "model/matmul.h"
+
+enum { ROWS = 32 };
+
+/* Per (b, h): head_dim x seq for a transposed K or V, then seq x seq for dP. */
+static int64_t per_head_scratch(int64_t seq, int64_t head_dim) { return head_dim * seq + seq * seq; }
+
+int64_t attention_scratch_floats(int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim) {
+    return batch * n_heads * per_head_scratch(seq, head_dim);
 }
 
-void attention_forward(float *out, float *probs, const float *qkv, int64_t batch, int64_t seq,
-                       int64_t n_heads, int64_t head_dim) {
+/* dst[i, t] = src[t * stride + i]: one head's K or V, transposed. */
+static void transpose_head(float *dst, const float *src, int64_t seq, int64_t head_dim, int64_t stride) {
+    for (int64_t t = 0; t < seq; ++t)
+        for (int64_t i = 0; i < head_dim; ++i) dst[i * seq + t] = src[t * stride + i];
+}
+
+void attention_forward(float *out, float *probs, float *scratch, const float *qkv, int64_t batch,
+                       int64_t seq, int64_t n_heads, int64_t head_dim) {
     const int64_t dim = n_heads * head_dim, stride = 3 * dim;
     const float scale = 1.0f / sqrtf((float)head_dim);
-    /* Rows are independent: one (b, h, t) per iteration. */
-#pragma omp parallel for schedule(dynamic, 16) if (batch * n_heads * seq * seq * head_dim >= PARALLEL_MIN_WORK)
-    for (int64_t idx = 0; idx < batch * n_heads * seq; ++idx) {
-        const int64_t t = idx % seq, h = (idx / seq) % n_heads, b = idx / (seq * n_heads);
-        const float *base = qkv + b * seq * stride;
-        const float *q = base + t * stride + h * head_dim;
-        float *p = probs + ((b * n_heads + h) * seq + t) * seq;
-        float max_score = -INFINITY;
-        for (int64_t s = 0; s <= t; ++s) {
-            p[s] = dot(q, base + s * stride + dim + h * head_dim, head_dim) * scale;
-            if (p[s] > max_score) max_score = p[s];
-        }
-        float sum = 0.0f;
-        for (int64_t s = 0; s <= t; ++s) {
-            p[s] = expf(p[s] - max_score);
-            sum += p[s];
-        }
-        const float inv_sum = 1.0f / sum;
-        for (int64_t s = 0; s <= t; ++s) p[s] *= inv_sum;
-        for (int64_t s = t + 1; s < seq; ++s) p[s] = 0.0f;
-        float *o = out + (b * seq + t) * dim + h * head_dim;
-        memset(o, 0, (size_t)head_dim * sizeof *o);
-        for (int64_t s = 0; s <= t; ++s) {
-            const float *v = base + s * stride + 2 * dim + h * head_dim;
-            for (int64_t i = 0; i < head_dim; ++i) o[i] += p[s] * v[i];
+#pragma omp parallel for schedule(dynamic, 1) if (batch * n_heads * seq * seq * head_dim >= PARALLEL_MIN_WORK)
+    for (int64_t bh = 0; bh < batch * n_heads; ++bh) {
+        const int64_t b = bh / n_heads, h = bh % n_heads;
+        const float *q = qkv + b * seq * stride + h * head_dim, *k = q + dim, *v = q + 2 * dim;
+        float *p = probs + bh * seq * seq, *k_t = scratch + bh * per_head_scratch(seq, head_dim);
+        float *o = out + b * seq * dim + h * head_dim;
+        transpose_head(k_t, k, seq, head_dim, stride);
+        for (int64_t r0 = 0; r0 < seq; r0 += ROWS) {
+            const int64_t r1 = r0 + ROWS < seq ? r0 + ROWS : seq;
+            /* scores of queries [r0, r1) against keys [0, r1) */
+            matmul_f32_serial(p + r0 * seq, seq, q + r0 * stride, stride, 0, k_t, seq, r1 - r0, r1,
+                              head_dim, 0);
+            for (int64_t t = r0; t < r1; ++t) {
+                float *row = p + t * seq, max_score = -INFINITY, sum = 0.0f;
+                for (int64_t s = 0; s <= t; ++s) {
+                    row[s] *= scale;
+                    max_score = row[s] > max_score ? row[s] : max_score;
+                }
+                for (int64_t s = 0; s <= t; ++s) {
+                    row[s] = expf(row[s] - max_score);
+                    sum += row[s];
+                }
+                const float inv_sum = 1.0f / sum;
+                for (int64_t s = 0; s <= t; ++s) row[s] *= inv_sum;
+                for (int64_t s = t + 1; s < seq; ++s) row[s] = 0.0f;
+            }
+            matmul_f32_serial(o + r0 * dim, dim, p + r0 * seq, seq, 0, v, stride, r1 - r0, head_dim,
+                              r1, 0);
         }
     }
 }
@@ -52,38 +71,37 @@ void attention_backward(float *dqkv, float *scratch, const float *dout, const fl
                         int64_t head_dim) {
     const int64_t dim = n_heads * head_dim, stride = 3 * dim;
     const float scale = 1.0f / sqrtf((float)head_dim);
-    /* dk and dv sum over query positions, so one (b, h) belongs to one thread. */
 #pragma omp parallel for schedule(dynamic, 1) if (batch * n_heads * seq * seq * head_dim >= PARALLEL_MIN_WORK)
     for (int64_t bh = 0; bh < batch * n_heads; ++bh) {
         const int64_t b = bh / n_heads, h = bh % n_heads;
-        const float *base = qkv + b * seq * stride;
-        float *dbase = dqkv + b * seq * stride;
-        float *dp = scratch + bh * seq;
-        for (int64_t t = 0; t < seq; ++t)
-            for (int64_t part = 0; part < 3; ++part)
-                memset(dbase + t * stride + part * dim + h * head_dim, 0,
-                       (size_t)head_dim * sizeof(float));
-        for (int64_t t = 0; t < seq; ++t) {
-            const float *p = probs + (bh * seq + t) * seq;
-            const float *q = base + t * stride + h * head_dim;
-            const float *dot_t = dout + (b * seq + t) * dim + h * head_dim;
-            float *dq = dbase + t * stride + h * head_dim;
-            float weighted = 0.0f;
-            for (int64_t s = 0; s <= t; ++s) {
-                dp[s] = dot(dot_t, base + s * stride + 2 * dim + h * head_dim, head_dim);
-                weighted += p[s] * dp[s];
+        const float *q = qkv + b * seq * stride + h * head_dim, *k = q + dim, *v = q + 2 * dim;
+        const float *p = probs + bh * seq * seq, *d_o = dout + b * seq * dim + h * head_dim;
+        float *dq = dqkv + b * seq * stride + h * head_dim, *dk = dq + dim, *dv = dq + 2 * dim;
+        float *v_t = scratch + bh * per_head_scratch(seq, head_dim), *ds = v_t + head_dim * seq;
+        transpose_head(v_t, v, seq, head_dim, stride);
+        for (int64_t r0 = 0; r0 < seq; r0 += ROWS) {
+            const int64_t r1 = r0 + ROWS < seq ? r0 + ROWS : seq;
+            /* dP = dO V^T, then dS = P * (dP - rowsum(P * dP)) * scale */
+            matmul_f32_serial(ds + r0 * seq, seq, d_o + r0 * dim, dim, 0, v_t, seq, r1 - r0, r1,
+                              head_dim, 0);
+            for (int64_t t = r0; t < r1; ++t) {
+                const float *prow = p + t * seq;
+                float *row = ds + t * seq, weighted = 0.0f;
+                for (int64_t s = 0; s <= t; ++s) weighted += prow[s] * row[s];
+                for (int64_t s = 0; s <= t; ++s) row[s] = prow[s] * (row[s] - weighted) * scale;
+                for (int64_t s = t + 1; s < seq; ++s) row[s] = 0.0f;
             }
-            for (int64_t s = 0; s <= t; ++s) {
-                const float dscore = p[s] * (dp[s] - weighted) * scale;
-                const float *k = base + s * stride + dim + h * head_dim;
-                float *dk = dbase + s * stride + dim + h * head_dim;
-                float *dv = dbase + s * stride + 2 * dim + h * head_dim;
-                for (int64_t i = 0; i < head_dim; ++i) {
-                    dq[i] += dscore * k[i];
-                    dk[i] += dscore * q[i];
-                    dv[i] += p[s] * dot_t[i];
-                }
-            }
+            /* dQ = dS K over the keys [0, r1) */
+            matmul_f32_serial(dq + r0 * stride, stride, ds + r0 * seq, seq, 0, k, stride, r1 - r0,
+                              head_dim, r1, 0);
+        }
+        for (int64_t s0 = 0; s0 < seq; s0 += ROWS) {
+            const int64_t s1 = s0 + ROWS < seq ? s0 + ROWS : seq;
+            /* keys [s0, s1) meet the queries [s0, seq): dK = dS^T Q, dV = P^T dO */
+            matmul_f32_serial(dk + s0 * stride, stride, ds + s0 * seq + s0, seq, 1, q + s0 * stride,
+                              stride, s1 - s0, head_dim, seq - s0, 0);
+            matmul_f32_serial(dv + s0 * stride, stride, p + s0 * seq + s0, seq, 1, d_o + s0 * dim, dim,
+                              s1 - s0, head_dim, seq - s0, 0);
         }
     }
 }

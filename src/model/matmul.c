@@ -86,6 +86,13 @@ void matmul_f32(float *c, int64_t ldc, const float *a, int64_t lda, int a_transp
     }
 }
 
+void matmul_f32_serial(float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
+                       const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+    for (int64_t n0 = 0; n0 < N; n0 += TILE_N)
+        matmul_panel(c, ldc, a, lda, a_transposed, b, ldb, M, n0, N - n0 < TILE_N ? N - n0 : TILE_N,
+                     K, accumulate);
+}
+
 void transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols) {
     enum { BLOCK = 32 };
 #pragma omp parallel for schedule(static) if (rows * cols >= PARALLEL_MIN_WORK)

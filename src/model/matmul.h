@@ -15,6 +15,11 @@
 void matmul_f32(float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
                 const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 
+/* The same on the calling thread only: for callers that are already
+ * parallel over independent problems (attention heads). */
+void matmul_f32_serial(float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
+                       const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+
 /* dst[C, R] = src[R, C]^T (both dense). */
 void transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols);
 

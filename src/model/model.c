@@ -80,7 +80,7 @@ static void plan_activations(model *m, arena_plan *a) {
     act->grad_a = take_floats(a, M * W);
     act->grad_b = take_floats(a, M * W);
     act->grad_residual = take_floats(a, M * D);
-    act->attn_scratch = take_floats(a, B * c->n_heads * T);
+    act->attn_scratch = take_floats(a, attention_scratch_floats(B, T, c->n_heads, D / c->n_heads));
     act->head_t = take_floats(a, D * V);
     m->linear_scratch.in_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
     m->linear_scratch.out_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
@@ -352,7 +352,7 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
         BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], 0));
         rope_forward(a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         rope_forward(a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        attention_forward(a->work_in, a->probs[l], a->qkv[l], batch, seq, H, hd);
+        attention_forward(a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
         copy_floats(a->residual_mid[l], a->residual[l], M * D);
         BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], 1));
         rmsnorm_forward(a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);

@@ -55,7 +55,7 @@ typedef struct model_activations {
     float *work_in;        /* tokens x widest: a linear layer's fp32 input */
     float *grad_a, *grad_b;/* tokens x widest */
     float *grad_residual;  /* tokens x dim */
-    float *attn_scratch;   /* batch x heads x seq */
+    float *attn_scratch;   /* attention_scratch_floats() */
     float *head_t;         /* dim x vocab (the head, transposed) */
 } model_activations;
 

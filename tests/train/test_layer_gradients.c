@@ -144,23 +144,24 @@ static void test_rope(void) {
 
 typedef struct attention_case {
     int64_t batch, seq, heads, head_dim;
-    float *qkv, *probs;
+    float *qkv, *probs, *scratch;
 } attention_case;
 
 static void attention_fwd(void *p, float *out) {
     attention_case *c = p;
-    attention_forward(out, c->probs, c->qkv, c->batch, c->seq, c->heads, c->head_dim);
+    attention_forward(out, c->probs, c->scratch, c->qkv, c->batch, c->seq, c->heads, c->head_dim);
 }
 
 static void test_attention(void) {
-    attention_case c = {2, 7, 3, 4, NULL, NULL};
+    attention_case c = {2, 39, 3, 4, NULL, NULL, NULL}; /* seq 39: two row blocks, ragged */
     const int64_t dim = c.heads * c.head_dim, tokens = c.batch * c.seq;
     const int64_t n_in = tokens * 3 * dim, n_out = tokens * dim;
     c.qkv = test_malloc(n_in * sizeof(float));
     c.probs = test_malloc(c.batch * c.heads * c.seq * c.seq * sizeof(float));
     float *out = test_malloc(n_out * sizeof(float)), *w = test_malloc(n_out * sizeof(float));
     float *dqkv = test_malloc(n_in * sizeof(float));
-    float *scratch = test_malloc(c.batch * c.heads * c.seq * sizeof(float));
+    float *scratch = test_malloc(attention_scratch_floats(c.batch, c.seq, c.heads, c.head_dim) * sizeof(float));
+    c.scratch = scratch;
     fill(c.qkv, n_in, 1.0f, 6);
     fill(w, n_out, 1.0f, 7);
     attention_fwd(&c, out);
@@ -169,6 +170,27 @@ static void test_attention(void) {
     /* causality: the first token's output is its own v */
     for (int64_t i = 0; i < c.head_dim; ++i)
         CHECK(fabsf(out[i] - c.qkv[2 * dim + i]) < 1e-6f, "attention: token 0 must attend to itself only");
+    /* against a direct evaluation of one output in double */
+    const int64_t tb = 1, th = 2, tt = 37;
+    const double sc = 1.0 / sqrt((double)c.head_dim);
+    double ref[4] = {0}, weights[64], wsum = 0.0, mx = -1e300;
+    const float *qt = c.qkv + (tb * c.seq + tt) * 3 * dim + th * c.head_dim;
+    for (int64_t s = 0; s <= tt; ++s) {
+        const float *ks = c.qkv + (tb * c.seq + s) * 3 * dim + dim + th * c.head_dim;
+        double d = 0.0;
+        for (int64_t i = 0; i < c.head_dim; ++i) d += (double)qt[i] * ks[i];
+        weights[s] = d * sc;
+        mx = fmax(mx, weights[s]);
+    }
+    for (int64_t s = 0; s <= tt; ++s) wsum += (weights[s] = exp(weights[s] - mx));
+    for (int64_t s = 0; s <= tt; ++s)
+        for (int64_t i = 0; i < c.head_dim; ++i)
+            ref[i] += weights[s] / wsum * c.qkv[(tb * c.seq + s) * 3 * dim + 2 * dim + th * c.head_dim + i];
+    attention_fwd(&c, out);
+    for (int64_t i = 0; i < c.head_dim; ++i)
+        CHECK(fabs(out[(tb * c.seq + tt) * dim + th * c.head_dim + i] - ref[i]) < 1e-5,
+              "attention output %lld: %g vs %g", (long long)i,
+              out[(tb * c.seq + tt) * dim + th * c.head_dim + i], ref[i]);
     free(c.qkv), free(c.probs), free(out), free(w), free(dqkv), free(scratch);
 }
 

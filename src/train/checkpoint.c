@@ -1,0 +1,170 @@
+/*
+ * checkpoint.c - checkpoint files: header, payload, checksums.
+ */
+#include "train/checkpoint.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "train/checksum.h"
+#include "train/file_io.h"
+
+static const char checkpoint_magic[8] = {'B', 'F', 'P', '8', 'C', 'K', 'P', 'T'};
+enum { CHECKPOINT_VERSION = 1, HEADER_BYTES = 136 };
+
+static uint32_t float_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float bits_float(uint32_t u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+static void encode_header(uint8_t *h, const checkpoint_info *info) {
+    memset(h, 0, HEADER_BYTES);
+    memcpy(h, checkpoint_magic, 8);
+    put_u32(h + 8, CHECKPOINT_VERSION);
+    put_u32(h + 12, HEADER_BYTES);
+    const model_config *c = &info->config;
+    put_u32(h + 16, (uint32_t)c->vocab_size);
+    put_u32(h + 20, (uint32_t)c->dim);
+    put_u32(h + 24, (uint32_t)c->n_layers);
+    put_u32(h + 28, (uint32_t)c->n_heads);
+    put_u32(h + 32, (uint32_t)c->ffn_hidden);
+    put_u32(h + 36, (uint32_t)c->max_seq);
+    put_u32(h + 40, float_bits(c->norm_eps));
+    put_u32(h + 44, float_bits(c->rope_theta));
+    put_u32(h + 48, (uint32_t)info->recipe);
+    put_u32(h + 52, info->tokenizer_fingerprint);
+    put_u64(h + 56, info->step);
+    put_u64(h + 64, info->seed);
+    put_u64(h + 72, info->sampler_state);
+    put_u64(h + 80, info->windows_drawn);
+    put_u64(h + 88, info->num_params);
+    put_u64(h + 96, info->total_steps);
+    put_u32(h + 104, info->batch);
+    put_u32(h + 108, info->seq);
+    put_u32(h + 112, info->grad_accum);
+    memcpy(h + 116, info->model_name, 15);
+    put_u32(h + 132, crc32_update(0, h, 132));
+}
+
+static void decode_header(const uint8_t *h, checkpoint_info *info) {
+    memset(info, 0, sizeof *info);
+    model_config *c = &info->config;
+    c->vocab_size = (int32_t)get_u32(h + 16);
+    c->dim = (int32_t)get_u32(h + 20);
+    c->n_layers = (int32_t)get_u32(h + 24);
+    c->n_heads = (int32_t)get_u32(h + 28);
+    c->ffn_hidden = (int32_t)get_u32(h + 32);
+    c->max_seq = (int32_t)get_u32(h + 36);
+    c->norm_eps = bits_float(get_u32(h + 40));
+    c->rope_theta = bits_float(get_u32(h + 44));
+    info->recipe = (bfp8_recipe)get_u32(h + 48);
+    info->tokenizer_fingerprint = get_u32(h + 52);
+    info->step = get_u64(h + 56);
+    info->seed = get_u64(h + 64);
+    info->sampler_state = get_u64(h + 72);
+    info->windows_drawn = get_u64(h + 80);
+    info->num_params = get_u64(h + 88);
+    info->total_steps = get_u64(h + 96);
+    info->batch = get_u32(h + 104);
+    info->seq = get_u32(h + 108);
+    info->grad_accum = get_u32(h + 112);
+    memcpy(info->model_name, h + 116, 15);
+    info->model_name[15] = 0;
+}
+
+bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const model *m) {
+    uint8_t header[HEADER_BYTES];
+    encode_header(header, info);
+    atomic_file f;
+    BFP8_TRY(atomic_file_open(&f, path));
+    atomic_file_write(&f, header, sizeof header);
+    const size_t bytes = m->num_params * sizeof(float);
+    const float *parts[3] = {m->params, m->adam_m, m->adam_v};
+    uint32_t crc = 0;
+    for (int i = 0; i < 3; ++i) {
+        atomic_file_write(&f, parts[i], bytes);
+        crc = crc32_update(crc, parts[i], bytes);
+    }
+    uint8_t tail[4];
+    put_u32(tail, crc);
+    atomic_file_write(&f, tail, sizeof tail);
+    return atomic_file_commit(&f);
+}
+
+static bfp8_status read_header(FILE *fp, const char *path, checkpoint_info *info) {
+    uint8_t h[HEADER_BYTES];
+    const size_t got = fread(h, 1, sizeof h, fp);
+    if (got < 16 || memcmp(h, checkpoint_magic, 8) != 0)
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': not a blockfp8 checkpoint", path);
+    if (get_u32(h + 8) != CHECKPOINT_VERSION || get_u32(h + 12) != HEADER_BYTES)
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': version %u, this build reads version %d",
+                         path, get_u32(h + 8), CHECKPOINT_VERSION);
+    if (got != sizeof h)
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': truncated header", path);
+    if (crc32_update(0, h, 132) != get_u32(h + 132))
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': header checksum mismatch (corrupt file)", path);
+    decode_header(h, info);
+    bfp8_status st = model_config_validate(&info->config);
+    if (st != BFP8_OK)
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': bad model shape: %s", path, bfp8_last_error());
+    if (info->num_params != (uint64_t)model_config_num_params(&info->config) ||
+        bfp8_recipe_name(info->recipe) == NULL)
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': inconsistent header", path);
+    return BFP8_OK;
+}
+
+bfp8_status checkpoint_read_info(const char *path, checkpoint_info *info) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return bfp8_fail(BFP8_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    const bfp8_status st = read_header(fp, path, info);
+    fclose(fp);
+    return st;
+}
+
+bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return bfp8_fail(BFP8_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
+    bfp8_status st = read_header(fp, path, info);
+    if (st == BFP8_OK && (memcmp(&info->config, &m->config, sizeof info->config) != 0 ||
+                          info->num_params != m->num_params))
+        st = bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                       "checkpoint '%s' holds a different model (dim %d, %d layers, %d heads, ffn "
+                       "%d, vocab %d) than requested (dim %d, %d layers, %d heads, ffn %d, vocab %d)",
+                       path, info->config.dim, info->config.n_layers, info->config.n_heads,
+                       info->config.ffn_hidden, info->config.vocab_size, m->config.dim,
+                       m->config.n_layers, m->config.n_heads, m->config.ffn_hidden,
+                       m->config.vocab_size);
+    /* Read into a staging buffer: the model is only overwritten by a verified payload. */
+    const size_t bytes = 3 * m->num_params * sizeof(float);
+    float *staging = st == BFP8_OK ? malloc(bytes) : NULL;
+    if (st == BFP8_OK && !staging) st = bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+    if (st == BFP8_OK) {
+        uint8_t tail[4];
+        if (fread(staging, 1, bytes, fp) != bytes || fread(tail, 1, 4, fp) != 4)
+            st = bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': truncated (expected %zu bytes of weights)",
+                           path, bytes);
+        else if (fgetc(fp) != EOF)
+            st = bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': trailing bytes after the payload", path);
+        else if (crc32_update(0, staging, bytes) != get_u32(tail))
+            st = bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': weights checksum mismatch (corrupt file)", path);
+    }
+    fclose(fp);
+    if (st == BFP8_OK) {
+        const size_t n = m->num_params;
+        memcpy(m->params, staging, n * sizeof(float));
+        memcpy(m->adam_m, staging + n, n * sizeof(float));
+        memcpy(m->adam_v, staging + 2 * n, n * sizeof(float));
+        st = model_sync_weights(m);
+    }
+    free(staging);
+    return st;
+}

@@ -1,0 +1,45 @@
+/*
+ * checkpoint.h - training checkpoints: everything needed to resume a run
+ * bit for bit (model shape, fp32 weights, AdamW moments, step, the data
+ * sampler's state), written atomically.
+ *
+ * File (little-endian): a 136-byte header
+ *   "BFP8CKPT", u32 version, u32 header bytes, model config (6 x u32,
+ *   2 x f32), u32 recipe, u32 tokenizer fingerprint, u64 step, u64 seed,
+ *   u64 sampler state, u64 windows drawn, u64 parameter count, u64 total
+ *   steps, u32 batch, u32 seq, u32 grad accum, char model name[16],
+ *   u32 CRC-32 of the header
+ * then params, AdamW m, AdamW v (3 x count fp32) and a u32 CRC-32 of them.
+ */
+#ifndef BFP8_TRAIN_CHECKPOINT_H
+#define BFP8_TRAIN_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "blockfp8.h"
+#include "model/model.h"
+
+typedef struct checkpoint_info {
+    model_config config;
+    bfp8_recipe recipe;
+    uint32_t tokenizer_fingerprint;
+    uint64_t step; /* optimizer steps completed */
+    uint64_t seed;
+    uint64_t sampler_state, windows_drawn;
+    uint64_t num_params;
+    uint64_t total_steps;
+    uint32_t batch, seq, grad_accum;
+    char model_name[16];
+} checkpoint_info;
+
+/* Write m's parameters and optimizer state under path (atomically). */
+bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const model *m);
+
+/* Read and verify the header only. */
+bfp8_status checkpoint_read_info(const char *path, checkpoint_info *info);
+
+/* Read the whole checkpoint into m, whose shape must match; verifies both
+ * checksums before touching m's arena. */
+bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m);
+
+#endif /* BFP8_TRAIN_CHECKPOINT_H */

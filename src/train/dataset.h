@@ -1,0 +1,52 @@
+/*
+ * dataset.h - the token stream of a text corpus, split into training and
+ * validation, and a deterministic batch sampler.
+ *
+ * The stream is cut into equal blocks; every 10th block is validation, so
+ * both splits see every part of the corpus (the corpus is a concatenation
+ * of unlike sources). Training windows are drawn at random offsets inside
+ * training blocks by a generator whose state, with the count of windows
+ * drawn, is all a checkpoint needs to resume the same sequence of batches.
+ * Validation windows are fixed: consecutive, non-overlapping.
+ */
+#ifndef BFP8_TRAIN_DATASET_H
+#define BFP8_TRAIN_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blockfp8.h"
+#include "model/rng.h"
+#include "train/tokenizer.h"
+
+enum { DATASET_VALIDATION_EVERY = 10 };
+
+typedef struct token_dataset {
+    int32_t *tokens;
+    size_t num_tokens;
+    int64_t seq;          /* window length (inputs); a window reads seq + 1 tokens */
+    size_t block_tokens;
+    size_t *train_blocks, num_train_blocks; /* block starts */
+    size_t *val_windows, num_val_windows;   /* window starts */
+    size_t text_bytes;
+} token_dataset;
+
+typedef struct batch_sampler {
+    rng_state rng;
+    uint64_t windows_drawn;
+} batch_sampler;
+
+/* Read a text file, encode it, split it. Errors: missing, empty or too small. */
+bfp8_status dataset_load(token_dataset *d, const char *path, const bpe_tokenizer *tok, int64_t seq);
+/* Take ownership of tokens (malloc'ed) and split them. */
+bfp8_status dataset_from_tokens(token_dataset *d, int32_t *tokens, size_t count, int64_t seq);
+void dataset_free(token_dataset *d);
+
+batch_sampler batch_sampler_start(uint64_t seed);
+/* inputs, targets: batch x seq. */
+void dataset_next_batch(const token_dataset *d, batch_sampler *s, int64_t batch, int32_t *inputs,
+                        int32_t *targets);
+/* Validation window w (< num_val_windows). */
+void dataset_val_window(const token_dataset *d, size_t w, int32_t *inputs, int32_t *targets);
+
+#endif /* BFP8_TRAIN_DATASET_H */

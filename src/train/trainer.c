@@ -1,0 +1,549 @@
+/*
+ * trainer.c - the training run behind `blockfp8 train`.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "internal.h"
+#include "model/adamw.h"
+#include "model/model.h"
+#include "train/checkpoint.h"
+#include "train/dataset.h"
+#include "train/file_io.h"
+#include "train/lr_schedule.h"
+#include "train/metrics.h"
+#include "train/progress.h"
+#include "train/sampler.h"
+#include "train/tokenizer.h"
+
+/* ------------------------------------------------------------------------ */
+/* Per-preset training defaults */
+
+typedef struct train_defaults {
+    const char *model;
+    int64_t batch, steps, warmup, eval_every;
+    float lr;
+} train_defaults;
+
+static const train_defaults preset_defaults[] = {
+    {"tiny", 16, 300, 30, 50, 2e-3f},
+    {"small", 16, 2000, 100, 200, 1e-3f},
+    {"medium", 16, 5000, 200, 250, 6e-4f},
+    {"large", 8, 10000, 500, 500, 3e-4f},
+    {"1b", 8, 10000, 500, 500, 3e-4f},
+};
+
+void train_options_init(train_options *o) {
+    memset(o, 0, sizeof *o);
+    o->model_name = "tiny";
+    o->recipe_name = "fp8-blockwise";
+    o->device = "cpu";
+    o->data_path = "data/corpus.txt";
+    o->prompt = "\n";
+    o->steps = o->batch = o->seq = o->warmup = o->vocab_size = o->eval_every = -1;
+    o->grad_accum = 1;
+    o->eval_batches = 4;
+    o->checkpoint_every = -1;
+    o->log_every = 10;
+    o->stop_at = -1;
+    o->inject_nonfinite_at = -1;
+    o->sample_tokens = 200;
+    o->top_k = 40;
+    o->threads = 0;
+    o->seed = 1337;
+    o->lr = o->min_lr = NAN;
+    o->weight_decay = 0.1f;
+    o->clip = 1.0f;
+    o->temperature = 0.8f;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The run */
+
+typedef struct run_state {
+    train_options *o;
+    const model_preset *preset;
+    bfp8_recipe recipe;
+    bfp8_context *ctx;
+    bpe_tokenizer tok;
+    token_dataset data;
+    model *m;
+    metrics_writer metrics;
+    progress_state progress;
+    batch_sampler sampler;
+    int32_t *inputs, *targets;
+    char checkpoint_path[4200];
+    int64_t checkpoint_step; /* step of the checkpoint on disk, -1: none */
+} run_state;
+
+static int report_failure(run_state *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/* One line on stderr, and what became of the checkpoint. Returns 1. */
+static int report_failure(run_state *r, const char *fmt, ...) {
+    progress_break(&r->progress);
+    char msg[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(msg, sizeof msg, fmt, args);
+    va_end(args);
+    if (r->checkpoint_step >= 0)
+        fprintf(stderr, "blockfp8 train: %s; stopped. The last checkpoint, %s (step %lld), is intact.\n",
+                msg, r->checkpoint_path, (long long)r->checkpoint_step);
+    else
+        fprintf(stderr, "blockfp8 train: %s\n", msg);
+    return 1;
+}
+
+static int path_exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static bfp8_status load_or_train_tokenizer(run_state *r, int64_t vocab) {
+    train_options *o = r->o;
+    if (path_exists(o->tokenizer_path)) {
+        BFP8_TRY(bpe_load(&r->tok, o->tokenizer_path));
+        if (o->vocab_size > 0 && r->tok.vocab_size != o->vocab_size)
+            return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                             "tokenizer '%s' has %d tokens, --vocab-size asks for %lld",
+                             o->tokenizer_path, r->tok.vocab_size, (long long)o->vocab_size);
+        return BFP8_OK;
+    }
+    uint8_t *text;
+    size_t n;
+    bfp8_status st = read_whole_file(o->data_path, &text, &n);
+    if (st != BFP8_OK)
+        return bfp8_fail(st, "data: %s (make the default corpus with: bash scripts/prepare_corpus.sh)",
+                         bfp8_last_error());
+    if (n == 0) {
+        free(text);
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data file '%s' is empty", o->data_path);
+    }
+    printf("tokenizer: training a %lld-token BPE on %s ...", (long long)vocab, o->data_path);
+    fflush(stdout);
+    const double t0 = progress_now();
+    st = bpe_train(&r->tok, text, n, (int32_t)vocab);
+    free(text);
+    if (st != BFP8_OK) {
+        printf("\n");
+        return st;
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", o->tokenizer_path);
+    char *slash = strrchr(dir, '/');
+    if (slash && slash != dir) {
+        *slash = 0;
+        BFP8_TRY(make_directories(dir));
+    }
+    BFP8_TRY(bpe_save(&r->tok, o->tokenizer_path));
+    printf(" %.1f s, saved %s\n", progress_now() - t0, o->tokenizer_path);
+    return BFP8_OK;
+}
+
+static bfp8_status evaluate(run_state *r, int64_t batch, int64_t seq, double *mean_loss) {
+    const size_t windows = (size_t)(r->o->eval_batches * batch) < r->data.num_val_windows
+                               ? (size_t)(r->o->eval_batches * batch)
+                               : r->data.num_val_windows;
+    double total = 0.0;
+    for (size_t w0 = 0; w0 < windows; w0 += (size_t)batch) {
+        const int64_t b = (int64_t)(windows - w0 < (size_t)batch ? windows - w0 : (size_t)batch);
+        for (int64_t i = 0; i < b; ++i)
+            dataset_val_window(&r->data, w0 + (size_t)i, r->inputs + i * seq, r->targets + i * seq);
+        double loss;
+        BFP8_TRY(model_forward(r->m, r->inputs, r->targets, b, seq, &loss));
+        total += loss * (double)b;
+    }
+    *mean_loss = total / (double)windows;
+    return BFP8_OK;
+}
+
+static int all_finite(const float *x, size_t n) {
+    int ok = 1;
+    for (size_t i = 0; i < n; ++i) ok &= isfinite(x[i]) != 0;
+    return ok;
+}
+
+static bfp8_status save_checkpoint(run_state *r, int64_t step, int64_t total_steps, int64_t batch,
+                                   int64_t seq, int64_t accum) {
+    if (!all_finite(r->m->params, r->m->num_params))
+        return bfp8_fail(BFP8_ERR_NONFINITE, "non-finite weights: refusing to write a checkpoint");
+    checkpoint_info info = {.config = r->m->config,
+                            .recipe = r->recipe,
+                            .tokenizer_fingerprint = r->tok.fingerprint,
+                            .step = (uint64_t)step,
+                            .seed = (uint64_t)r->o->seed,
+                            .sampler_state = r->sampler.rng.state,
+                            .windows_drawn = r->sampler.windows_drawn,
+                            .num_params = r->m->num_params,
+                            .total_steps = (uint64_t)total_steps,
+                            .batch = (uint32_t)batch,
+                            .seq = (uint32_t)seq,
+                            .grad_accum = (uint32_t)accum};
+    snprintf(info.model_name, sizeof info.model_name, "%s", r->preset->name);
+    BFP8_TRY(checkpoint_save(r->checkpoint_path, &info, r->m));
+    r->checkpoint_step = step;
+    return BFP8_OK;
+}
+
+static void print_token(int32_t token, void *arg) {
+    const bpe_tokenizer *tok = arg;
+    size_t len;
+    const uint8_t *bytes = bpe_token_bytes(tok, token, &len);
+    fwrite(bytes, 1, len, stdout);
+    fflush(stdout);
+}
+
+/* Settle the options against the preset and, when resuming, the checkpoint. */
+static int resolve_options(run_state *r, checkpoint_info *resume_info, char *resume_path,
+                           size_t resume_path_size, char *tokenizer_path, size_t tokenizer_path_size,
+                           char *checkpoint_dir, size_t checkpoint_dir_size, char *metrics_path,
+                           size_t metrics_path_size) {
+    train_options *o = r->o;
+    if (strcmp(o->device, "cpu") != 0) {
+        if (strcmp(o->device, "cuda") == 0)
+            fprintf(stderr, "blockfp8 train: --device cuda is not yet supported by the trainer "
+                            "(the CUDA kernels are, through the library API); use --device cpu\n");
+        else
+            fprintf(stderr, "blockfp8 train: unknown --device '%s' (cpu or cuda)\n", o->device);
+        return 1;
+    }
+    if (bfp8_recipe_from_name(o->recipe_name, &r->recipe) != BFP8_OK) {
+        fprintf(stderr, "blockfp8 train: unknown --recipe '%s' (bf16, fp8-blockwise, "
+                        "fp8-blockwise-bf16wgrad)\n", o->recipe_name);
+        return 1;
+    }
+    r->preset = model_preset_find(o->model_name);
+    if (!r->preset) {
+        fprintf(stderr, "blockfp8 train: unknown --model '%s' (tiny, small, medium, large, 1b)\n",
+                o->model_name);
+        return 1;
+    }
+    if (!o->checkpoint_dir) {
+        snprintf(checkpoint_dir, checkpoint_dir_size, "runs/%s-%s", o->model_name, o->recipe_name);
+        o->checkpoint_dir = checkpoint_dir;
+    }
+    if (o->resume) {
+        const int len = o->resume[0]
+                            ? snprintf(resume_path, resume_path_size, "%s", o->resume)
+                            : snprintf(resume_path, resume_path_size, "%s/checkpoint.bin", o->checkpoint_dir);
+        if (len < 0 || (size_t)len >= resume_path_size) {
+            fprintf(stderr, "blockfp8 train: the --resume path is too long\n");
+            return 1;
+        }
+        if (checkpoint_read_info(resume_path, resume_info) != BFP8_OK) {
+            fprintf(stderr, "blockfp8 train: cannot resume: %s\n", bfp8_last_error());
+            return 1;
+        }
+        if (o->model_given && strcmp(o->model_name, resume_info->model_name) != 0) {
+            fprintf(stderr, "blockfp8 train: cannot resume: checkpoint '%s' is a '%s' model, "
+                            "--model asks for '%s'\n", resume_path, resume_info->model_name,
+                    o->model_name);
+            return 1;
+        }
+        r->preset = model_preset_find(resume_info->model_name);
+        if (!r->preset) r->preset = model_preset_find("tiny");
+        o->model_name = r->preset->name;
+        /* What is not given again continues as the checkpoint had it. */
+        if (!o->batch_given) o->batch = resume_info->batch;
+        if (!o->seq_given) o->seq = resume_info->seq;
+        if (!o->accum_given) o->grad_accum = resume_info->grad_accum;
+        if (!o->steps_given) o->steps = (int64_t)resume_info->total_steps;
+        if (!o->seed_given) o->seed = (int64_t)resume_info->seed;
+    }
+    const train_defaults *d = &preset_defaults[0];
+    for (size_t i = 0; i < sizeof preset_defaults / sizeof preset_defaults[0]; ++i)
+        if (strcmp(preset_defaults[i].model, r->preset->name) == 0) d = &preset_defaults[i];
+    if (o->batch < 0) o->batch = d->batch;
+    if (o->seq < 0) o->seq = r->preset->config.max_seq;
+    if (o->steps < 0) o->steps = d->steps;
+    if (o->warmup < 0) o->warmup = d->warmup < o->steps / 10 + 1 ? d->warmup : o->steps / 10 + 1;
+    if (o->eval_every < 0) o->eval_every = d->eval_every;
+    if (isnan(o->lr)) o->lr = d->lr;
+    if (isnan(o->min_lr)) o->min_lr = o->lr / 10.0f;
+    if (o->checkpoint_every < 0) o->checkpoint_every = o->eval_every;
+    const int64_t vocab = o->vocab_size > 0 ? o->vocab_size : r->preset->config.vocab_size;
+    if (!o->tokenizer_path) {
+        snprintf(tokenizer_path, tokenizer_path_size, "data/tokenizer-%lld.bin", (long long)vocab);
+        o->tokenizer_path = tokenizer_path;
+    }
+    if (!o->metrics_path) {
+        snprintf(metrics_path, metrics_path_size, "%s/metrics.jsonl", o->checkpoint_dir);
+        o->metrics_path = metrics_path;
+    }
+    struct { const char *name; int64_t value, min; } ranges[] = {
+        {"steps", o->steps, 1},        {"batch", o->batch, 1},
+        {"seq", o->seq, 1},            {"grad-accum", o->grad_accum, 1},
+        {"warmup", o->warmup, 0},      {"eval-every", o->eval_every, 0},
+        {"eval-batches", o->eval_batches, 1}, {"checkpoint-every", o->checkpoint_every, 0},
+        {"sample-tokens", o->sample_tokens, 0}, {"top-k", o->top_k, 0},
+        {"threads", o->threads, 0},    {"seed", o->seed, 0},
+    };
+    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; ++i)
+        if (ranges[i].value < ranges[i].min) {
+            fprintf(stderr, "blockfp8 train: --%s must be >= %lld (got %lld)\n", ranges[i].name,
+                    (long long)ranges[i].min, (long long)ranges[i].value);
+            return 1;
+        }
+    if (o->seq > r->preset->config.max_seq) {
+        fprintf(stderr, "blockfp8 train: --seq %lld exceeds the %s model's %d\n", (long long)o->seq,
+                r->preset->name, r->preset->config.max_seq);
+        return 1;
+    }
+    if (!(o->lr > 0.0f) || o->min_lr < 0.0f || o->weight_decay < 0.0f || o->clip < 0.0f ||
+        o->temperature < 0.0f) {
+        fprintf(stderr, "blockfp8 train: --lr must be > 0; --min-lr, --weight-decay, --clip and "
+                        "--temperature must be >= 0\n");
+        return 1;
+    }
+    return 0;
+}
+
+static void release(run_state *r) {
+    metrics_close(&r->metrics);
+    model_destroy(r->m);
+    dataset_free(&r->data);
+    bpe_free(&r->tok);
+    bfp8_context_destroy(r->ctx);
+    free(r->inputs);
+    free(r->targets);
+}
+
+static int train_loop(run_state *r, int64_t start_step);
+
+int train_run(train_options *o) {
+    run_state r;
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.checkpoint_step = -1;
+    char resume_path[4096], tokenizer_path[4096], checkpoint_dir[4096], metrics_path[4200];
+    checkpoint_info resume_info;
+    memset(&resume_info, 0, sizeof resume_info);
+    if (resolve_options(&r, &resume_info, resume_path, sizeof resume_path, tokenizer_path,
+                        sizeof tokenizer_path, checkpoint_dir, sizeof checkpoint_dir, metrics_path,
+                        sizeof metrics_path))
+        return 1;
+#ifdef _OPENMP
+    if (o->threads > 0) omp_set_num_threads((int)o->threads);
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    progress_init(&r.progress, o->log_every);
+    int rc = 1;
+    if (bfp8_context_create(&r.ctx, BFP8_BACKEND_CPU, 0) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
+    const int64_t vocab_wanted = o->vocab_size > 0 ? o->vocab_size : r.preset->config.vocab_size;
+    if (load_or_train_tokenizer(&r, vocab_wanted) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
+    if (dataset_load(&r.data, o->data_path, &r.tok, o->seq) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
+    model_config config = r.preset->config;
+    config.vocab_size = r.tok.vocab_size;
+    if (o->resume) {
+        if (resume_info.tokenizer_fingerprint != r.tok.fingerprint) {
+            report_failure(&r, "cannot resume: checkpoint '%s' was trained with another tokenizer "
+                               "than '%s'", resume_path, o->tokenizer_path);
+            goto done;
+        }
+        if (memcmp(&resume_info.config, &config, sizeof config) != 0) {
+            report_failure(&r, "cannot resume: checkpoint '%s' holds a different model shape than "
+                               "the '%s' preset with a %d-token vocabulary", resume_path,
+                           r.preset->name, config.vocab_size);
+            goto done;
+        }
+    }
+    const model_options mopts = {.recipe = r.recipe, .max_batch = o->batch, .max_seq = o->seq,
+                                 .exact_linears = 0};
+    if (model_create(&r.m, r.ctx, &config, &mopts) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
+    r.inputs = malloc((size_t)(o->batch * o->seq) * sizeof *r.inputs);
+    r.targets = malloc((size_t)(o->batch * o->seq) * sizeof *r.targets);
+    if (!r.inputs || !r.targets) {
+        report_failure(&r, "out of memory");
+        goto done;
+    }
+    if (make_directories(o->checkpoint_dir) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
+    snprintf(r.checkpoint_path, sizeof r.checkpoint_path, "%s/checkpoint.bin", o->checkpoint_dir);
+    int64_t start_step = 0;
+    if (o->resume) {
+        if (checkpoint_load(resume_path, &resume_info, r.m) != BFP8_OK) {
+            report_failure(&r, "cannot resume: %s", bfp8_last_error());
+            goto done;
+        }
+        if (resume_info.recipe != r.recipe)
+            printf("note: the checkpoint was trained with recipe %s, continuing with %s\n",
+                   bfp8_recipe_name(resume_info.recipe), bfp8_recipe_name(r.recipe));
+        start_step = (int64_t)resume_info.step;
+        r.sampler.rng.state = resume_info.sampler_state;
+        r.sampler.windows_drawn = resume_info.windows_drawn;
+        if (strcmp(resume_path, r.checkpoint_path) == 0) r.checkpoint_step = start_step;
+    } else {
+        r.sampler = batch_sampler_start((uint64_t)o->seed);
+        if (model_init_weights(r.m, (uint64_t)o->seed) != BFP8_OK) {
+            report_failure(&r, "%s", bfp8_last_error());
+            goto done;
+        }
+    }
+    if (metrics_open(&r.metrics, o->metrics_path, o->resume != NULL) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
+    printf("model: %s, %.2fM params (dim %d, %d layers, %d heads, ffn %d, vocab %d), recipe %s, "
+           "cpu x %d threads\n",
+           r.preset->name, (double)r.m->num_params / 1e6, config.dim, config.n_layers,
+           config.n_heads, config.ffn_hidden, config.vocab_size, bfp8_recipe_name(r.recipe), threads);
+    printf("data: %s, %.2f MB -> %zu tokens (%.2f bytes/token); %zu training blocks, %zu "
+           "validation windows\n",
+           o->data_path, (double)r.data.text_bytes / 1e6, r.data.num_tokens,
+           (double)r.data.text_bytes / (double)r.data.num_tokens, r.data.num_train_blocks,
+           r.data.num_val_windows);
+    printf("run: %lld steps x %lld x %lld tokens x %lld accum, lr %.2g (warmup %lld, cosine to "
+           "%.2g), wd %.2g, clip %.2g, seed %lld; memory %.0f MB; checkpoints %s\n",
+           (long long)o->steps, (long long)o->batch, (long long)o->seq, (long long)o->grad_accum,
+           o->lr, (long long)o->warmup, o->min_lr, o->weight_decay, o->clip, (long long)o->seed,
+           (double)(model_param_arena_bytes(r.m) + model_activation_arena_bytes(r.m)) / 1e6,
+           r.checkpoint_path);
+    if (o->resume) printf("resumed from %s at step %lld\n", resume_path, (long long)start_step);
+    metrics_write(&r.metrics, "run",
+                  "\"model\":\"%s\",\"recipe\":\"%s\",\"params\":%zu,\"steps\":%lld,\"batch\":%lld,"
+                  "\"seq\":%lld,\"grad_accum\":%lld,\"lr\":%g,\"seed\":%lld,\"start_step\":%lld,"
+                  "\"threads\":%d",
+                  r.preset->name, bfp8_recipe_name(r.recipe), r.m->num_params, (long long)o->steps,
+                  (long long)o->batch, (long long)o->seq, (long long)o->grad_accum, o->lr,
+                  (long long)o->seed, (long long)start_step, threads);
+    rc = train_loop(&r, start_step);
+done:
+    release(&r);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+
+static int train_loop(run_state *r, int64_t start_step) {
+    train_options *o = r->o;
+    model *m = r->m;
+    const int64_t B = o->batch, T = o->seq, A = o->grad_accum;
+    const int64_t last_step = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
+    const int64_t tokens_per_step = B * T * A;
+    const adamw_hparams base = {.lr = o->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
+                                .weight_decay = o->weight_decay};
+    double train_seconds = 0.0, last_loss = NAN;
+    int64_t steps_timed = 0;
+    if (start_step >= last_step) {
+        printf("nothing to train: the run is at step %lld of %lld\n", (long long)start_step,
+               (long long)last_step);
+    }
+    for (int64_t step = start_step + 1; step <= last_step; ++step) {
+        const double t0 = progress_now();
+        if (step == o->inject_nonfinite_at) { /* a test hook: poison one weight */
+            m->blocks[0].qkv.weight[0] = NAN;
+            if (model_sync_weights(m) != BFP8_OK) return report_failure(r, "%s", bfp8_last_error());
+        }
+        double loss_sum = 0.0;
+        for (int64_t micro = 0; micro < A; ++micro) {
+            double loss;
+            dataset_next_batch(&r->data, &r->sampler, B, r->inputs, r->targets);
+            if (model_forward(m, r->inputs, r->targets, B, T, &loss) != BFP8_OK ||
+                model_check_nonfinite(m) != BFP8_OK)
+                return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
+            if (!isfinite(loss))
+                return report_failure(r, "step %lld: the loss is %s", (long long)step,
+                                      isnan(loss) ? "NaN" : "infinite");
+            if (model_backward(m, r->inputs, r->targets, 1.0f / (float)A, micro > 0) != BFP8_OK ||
+                model_check_nonfinite(m) != BFP8_OK)
+                return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
+            loss_sum += loss;
+        }
+        const double grad_norm = gradient_global_norm(m->grads, m->num_params);
+        if (!isfinite(grad_norm))
+            return report_failure(r, "step %lld: the gradient norm is %s", (long long)step,
+                                  isnan(grad_norm) ? "NaN" : "infinite");
+        const float clip_scale =
+            o->clip > 0.0f && grad_norm > o->clip ? (float)(o->clip / grad_norm) : 1.0f;
+        adamw_hparams h = base;
+        h.lr = lr_at_step(step, o->warmup, o->steps, o->lr, o->min_lr);
+        for (int i = 0; i < m->num_tensors; ++i) {
+            const model_tensor *t = &m->tensors[i];
+            adamw_update(m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
+                         m->adam_v + t->offset, t->count, &h, clip_scale, step, t->weight_decay);
+        }
+        if (model_sync_weights(m) != BFP8_OK || model_check_nonfinite(m) != BFP8_OK)
+            return report_failure(r, "step %lld: after the update: %s", (long long)step,
+                                  bfp8_last_error());
+        last_loss = loss_sum / (double)A;
+        const double dt = progress_now() - t0;
+        train_seconds += dt;
+        ++steps_timed;
+        const double tok_s = (double)(tokens_per_step * steps_timed) / train_seconds;
+        const double eta = train_seconds / (double)steps_timed * (double)(last_step - step);
+        progress_step(&r->progress, step, last_step, last_loss, h.lr, tok_s, eta);
+        metrics_write(&r->metrics, "train",
+                      "\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,"
+                      "\"tokens_per_s\":%.1f,\"step_s\":%.4f",
+                      (long long)step, last_loss, h.lr, grad_norm,
+                      (long long)(step * tokens_per_step), tok_s, dt);
+        const int eval_now = (o->eval_every > 0 && step % o->eval_every == 0) || step == last_step;
+        if (eval_now) {
+            double val_loss;
+            if (evaluate(r, B, T, &val_loss) != BFP8_OK)
+                return report_failure(r, "validation at step %lld: %s", (long long)step,
+                                      bfp8_last_error());
+            if (!isfinite(val_loss))
+                return report_failure(r, "step %lld: the validation loss is not finite", (long long)step);
+            progress_break(&r->progress);
+            printf("step %5lld | val_loss %.4f | train_loss %.4f\n", (long long)step, val_loss, last_loss);
+            metrics_write(&r->metrics, "val", "\"step\":%lld,\"val_loss\":%.6f", (long long)step, val_loss);
+        }
+        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || step == last_step) {
+            if (save_checkpoint(r, step, o->steps, B, T, A) != BFP8_OK)
+                return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
+        }
+    }
+    progress_break(&r->progress);
+    if (steps_timed > 0)
+        printf("done: %lld steps in %.1f s, %.0f tokens/s, final train loss %.4f; checkpoint %s\n",
+               (long long)steps_timed, train_seconds,
+               (double)(tokens_per_step * steps_timed) / train_seconds, last_loss, r->checkpoint_path);
+    if (o->sample_tokens > 0) {
+        int32_t *prompt = malloc((strlen(o->prompt) + 1) * sizeof *prompt);
+        size_t prompt_len = 0;
+        if (!prompt) return report_failure(r, "out of memory");
+        bpe_encode(&r->tok, (const uint8_t *)o->prompt, strlen(o->prompt), prompt, &prompt_len);
+        if (prompt_len == 0) prompt[prompt_len++] = '\n';
+        const sample_options so = {.max_new_tokens = o->sample_tokens, .temperature = o->temperature,
+                                   .top_k = o->top_k};
+        rng_state rng = rng_seeded((uint64_t)o->seed + 1);
+        printf("sample (temperature %.2g, top-k %lld):\n%s", o->temperature, (long long)o->top_k,
+               o->prompt);
+        const bfp8_status st = sample_generate(m, prompt, prompt_len, &so, &rng, print_token, &r->tok);
+        free(prompt);
+        printf("\n");
+        if (st != BFP8_OK) return report_failure(r, "sampling: %s", bfp8_last_error());
+    }
+    return 0;
+}

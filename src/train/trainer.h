@@ -1,0 +1,37 @@
+/*
+ * trainer.h - `blockfp8 train`: options, their per-preset defaults, and the
+ * training run (tokenizer, data, model, AdamW loop with warmup + cosine,
+ * gradient accumulation and clipping, validation, metrics, checkpoints,
+ * resume, non-finite checks, a sample at the end).
+ */
+#ifndef BFP8_TRAIN_TRAINER_H
+#define BFP8_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+typedef struct train_options {
+    const char *model_name;
+    const char *recipe_name;
+    const char *device;
+    const char *data_path;
+    const char *tokenizer_path;  /* NULL: data/tokenizer-<vocab>.bin */
+    const char *checkpoint_dir;  /* NULL: runs/<model>-<recipe> */
+    const char *resume;          /* NULL: fresh run; "": <checkpoint_dir>/checkpoint.bin */
+    const char *metrics_path;    /* NULL: <checkpoint_dir>/metrics.jsonl */
+    const char *prompt;
+    /* -1 (or NAN for floats) means "the preset's default" */
+    int64_t steps, batch, seq, grad_accum, warmup, vocab_size;
+    int64_t eval_every, eval_batches, checkpoint_every, log_every;
+    int64_t stop_at, inject_nonfinite_at, sample_tokens, top_k, threads, seed;
+    float lr, min_lr, weight_decay, clip, temperature;
+    /* which options were given on the command line (resume keeps the others) */
+    int model_given, batch_given, seq_given, steps_given, accum_given, seed_given;
+} train_options;
+
+/* Everything unset: the preset fills it in. */
+void train_options_init(train_options *o);
+
+/* Run; returns the process exit code (0 done, 1 failed: a message was printed). */
+int train_run(train_options *o);
+
+#endif /* BFP8_TRAIN_TRAINER_H */
