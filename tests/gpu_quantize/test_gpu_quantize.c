@@ -15,7 +15,11 @@
  * scale equals the reference and every other byte is still the poison.
  *
  *   gpu_quantize            full run: R, C in {1, 127, 128, 129, 1000, 4160}
- *   gpu_quantize --small    few small shapes, for compute-sanitizer
+ *   gpu_quantize --small    for compute-sanitizer memcheck: every one of those
+ *                           sizes as R and as C, one poison
+ *   gpu_quantize --race     for racecheck / synccheck: two ragged shapes with
+ *                           more tiles than resident CTAs, so every CTA
+ *                           cycles tiles through its shared-memory stages
  */
 #include <stdio.h>
 #include <string.h>
@@ -173,7 +177,7 @@ static void run_input(bfp8_dtype dtype, int64_t rows, int64_t cols, unsigned fil
         for (int mode = 0; mode < MODE_COUNT; ++mode) {
             const int variant = (int)((seed + (uint64_t)mode + (uint64_t)layout) % 3);
             run_case(&xi, &dx, pow2, mode, (qlayout)layout, 0xab, variant == 1 ? 7u : 0u,
-                     variant != 2, &ref);
+                     variant != 2 || pow2, &ref); /* no options means pow2 off */
             if (both_poisons)
                 run_case(&xi, &dx, pow2, mode, (qlayout)layout, 0x3c, 0u, 1, &ref);
         }
@@ -186,12 +190,14 @@ static void run_input(bfp8_dtype dtype, int64_t rows, int64_t cols, unsigned fil
 
 int main(int argc, char **argv) {
     TEST_REQUIRE_GPU();
-    int small = 0;
+    int small = 0, race = 0;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--small") == 0)
             small = 1;
+        else if (strcmp(argv[i], "--race") == 0)
+            race = 1;
         else
-            test_fatal("unknown argument %s (usage: gpu_quantize [--small])", argv[i]);
+            test_fatal("unknown argument %s (usage: gpu_quantize [--small | --race])", argv[i]);
     }
     if (bfp8_context_create(&cpu, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
         bfp8_context_create(&gpu, BFP8_BACKEND_CUDA, 0) != BFP8_OK)
@@ -199,12 +205,20 @@ int main(int argc, char **argv) {
 
     static const int64_t sizes[] = {1, 127, 128, 129, 1000};
     enum { kSizes = sizeof sizes / sizeof sizes[0] };
-    static const int64_t small_shapes[][2] = {{1, 1}, {127, 129}, {129, 127}, {128, 128}, {1000, 129},
-                                              {1, 1000}, {257, 4}};
+    static const int64_t small_shapes[][2] = {{1, 1},      {127, 129},  {129, 127}, {128, 128},
+                                              {1000, 129}, {1, 1000},   {257, 4},   {4160, 127},
+                                              {128, 4160}, {1000, 4160}, {4160, 1}};
+    /* > 2 x 132 tiles (bf16 fits 2 CTAs per SM, f32 1): several tiles per CTA */
+    static const int64_t race_shapes[][2] = {{2177, 2175}, {1000, 4160}};
     static const int64_t big_shapes[][2] = {{4160, 4160}, {4160, 129}, {129, 4160}, {1000, 4160},
                                             {4160, 1}, {1, 4160}};
     uint64_t seed = 1;
-    if (small) {
+    if (race) {
+        for (size_t s = 0; s < sizeof race_shapes / sizeof race_shapes[0]; ++s)
+            for (int d = 0; d < 2; ++d, ++seed)
+                run_input(d ? BFP8_F32 : BFP8_BF16, race_shapes[s][0], race_shapes[s][1],
+                          TEST_FILL_HARD | TEST_FILL_NONFINITE, (int)(seed % 2), seed, 0);
+    } else if (small) {
         for (size_t s = 0; s < sizeof small_shapes / sizeof small_shapes[0]; ++s)
             for (int d = 0; d < 2; ++d, ++seed)
                 run_input(d ? BFP8_F32 : BFP8_BF16, small_shapes[s][0], small_shapes[s][1],
@@ -226,5 +240,5 @@ int main(int argc, char **argv) {
     printf("%lld kernel runs compared with the CPU reference\n", (long long)runs);
     bfp8_context_destroy(gpu);
     bfp8_context_destroy(cpu);
-    return test_exit_code(small ? "gpu_quantize --small" : "gpu_quantize");
+    return test_exit_code(race ? "gpu_quantize --race" : small ? "gpu_quantize --small" : "gpu_quantize");
 }
