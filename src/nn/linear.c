@@ -37,7 +37,7 @@ bfp8_status bfp8_recipe_from_name(const char *name, bfp8_recipe *recipe) {
             return BFP8_OK;
         }
     return bfp8_fail(BFP8_ERR_INVALID_VALUE,
-                     "unknown recipe \"%s\" (expected bf16, fp8-blockwise or fp8-blockwise-bf16wgrad)", name);
+                     "bfp8_recipe_from_name: unknown recipe \"%s\" (expected bf16, fp8-blockwise or fp8-blockwise-bf16wgrad)", name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -151,7 +151,13 @@ bfp8_status bfp8_linear_create(bfp8_linear **out, bfp8_context *ctx, const bfp8_
 }
 
 bfp8_status bfp8_linear_set_weight(bfp8_linear *lin, const float *weight) {
-    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_linear_set_weight: lin is NULL");
+    static const char fn[] = "bfp8_linear_set_weight";
+    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
+    /* Check the pointer here, so that a bad one leaves the last weight in use. */
+    if (!weight) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: weight is NULL", fn);
+    if ((uintptr_t)weight % sizeof(float) != 0)
+        return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: weight is not 4-byte aligned", fn);
+    BFP8_TRY(bfp8_check_pointer(lin->ctx, weight, "bfp8_linear_set_weight: weight"));
     const int64_t n = lin->cfg.out_features, k = lin->cfg.in_features;
     const bfp8_matrix w = {(void *)weight, BFP8_F32, n, k, k};
     lin->weight_set = 0;

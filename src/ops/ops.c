@@ -2,6 +2,8 @@
  * ops.c - the public ops: validate once, then dispatch to the CPU reference
  * (src/cpu) or the CUDA kernels (src/cuda), which share a signature.
  */
+#include <stdio.h>
+
 #include "internal.h"
 
 static bfp8_status check_context(const bfp8_context *ctx, const char *fn) {
@@ -32,8 +34,12 @@ static bfp8_status check_quantize_options(const bfp8_context *ctx, const bfp8_qu
     if (!o) return BFP8_OK;
     if (o->pow2_scales != 0 && o->pow2_scales != 1)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: pow2_scales must be 0 or 1", fn);
-    if (o->nonfinite_flag) return bfp8_check_pointer(ctx, o->nonfinite_flag, "nonfinite_flag");
-    return BFP8_OK;
+    if (!o->nonfinite_flag) return BFP8_OK;
+    if ((uintptr_t)o->nonfinite_flag % sizeof(uint32_t) != 0)
+        return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: nonfinite_flag not 4-byte aligned", fn);
+    char what[64];
+    snprintf(what, sizeof what, "%s: nonfinite_flag", fn);
+    return bfp8_check_pointer(ctx, o->nonfinite_flag, what);
 }
 
 /* ------------------------------------------------------------------------ */
