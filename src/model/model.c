@@ -210,10 +210,12 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
     const size_t act_bytes = model_activation_arena_bytes(m);
     st = bfp8_malloc(ctx, &m->act_arena, act_bytes);
     if (st != BFP8_OK) {
+        char cause[512]; /* bfp8_fail overwrites what bfp8_last_error() points to */
+        snprintf(cause, sizeof cause, "%s", bfp8_last_error());
         model_destroy(m);
         return bfp8_fail(st, "model_create: %.1f MiB of activations for batch %lld x seq %lld: %s",
                          (double)act_bytes / (1 << 20), (long long)options->max_batch,
-                         (long long)options->max_seq, bfp8_last_error());
+                         (long long)options->max_seq, cause);
     }
     arena_plan plan = {m->act_arena, 0};
     plan_activations(m, &plan);

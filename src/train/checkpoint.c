@@ -114,8 +114,11 @@ static bfp8_status read_header(FILE *fp, const char *path, checkpoint_info *info
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': header checksum mismatch (corrupt file)", path);
     decode_header(h, info);
     bfp8_status st = model_config_validate(&info->config);
-    if (st != BFP8_OK)
-        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': bad model shape: %s", path, bfp8_last_error());
+    if (st != BFP8_OK) {
+        char cause[512]; /* bfp8_fail overwrites what bfp8_last_error() points to */
+        snprintf(cause, sizeof cause, "%s", bfp8_last_error());
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': bad model shape: %s", path, cause);
+    }
     if (info->num_params != (uint64_t)model_config_num_params(&info->config) ||
         bfp8_recipe_name(info->recipe) == NULL)
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': inconsistent header", path);

@@ -86,8 +86,8 @@ int cli_parse(const char *command, cli_option *options, int num_options, int arg
             *(int *)o->target = 1;
             continue;
         }
-        if (o->kind == CLI_OPTIONAL_STRING && !eq) {
-            *(const char **)o->target = "";
+        if (o->kind == CLI_OPTIONAL_STRING && !eq && (i + 1 >= argc || argv[i + 1][0] == '-')) {
+            *(const char **)o->target = ""; /* no value follows */
             continue;
         }
         const char *value = eq ? eq + 1 : NULL;
@@ -113,7 +113,7 @@ void cli_print_help(FILE *out, const char *usage, const char *description,
         if (o->kind == CLI_FLAG)
             snprintf(left, sizeof left, "--%s", o->name);
         else if (o->kind == CLI_OPTIONAL_STRING)
-            snprintf(left, sizeof left, "--%s[=%s]", o->name, o->metavar ? o->metavar : "VALUE");
+            snprintf(left, sizeof left, "--%s [%s]", o->name, o->metavar ? o->metavar : "VALUE");
         else
             snprintf(left, sizeof left, "--%s %s", o->name, o->metavar ? o->metavar : "VALUE");
         fprintf(out, "  %-26s %s\n", left, o->help);

@@ -13,7 +13,8 @@ typedef enum cli_arg_kind {
     CLI_INT,             /* int64_t */
     CLI_FLOAT,           /* float, finite */
     CLI_STRING,          /* const char * */
-    CLI_OPTIONAL_STRING  /* "--name" sets "" ; "--name=value" sets value */
+    CLI_OPTIONAL_STRING  /* "--name" alone (or before another option) sets "";
+                            "--name value" and "--name=value" set value */
 } cli_arg_kind;
 
 typedef struct cli_option {

@@ -51,9 +51,13 @@ bfp8_status dataset_load(token_dataset *d, const char *path, const bpe_tokenizer
     uint8_t *text;
     size_t n;
     bfp8_status st = read_whole_file(path, &text, &n);
-    if (st != BFP8_OK)
-        return bfp8_fail(st, "data: %s (make the default corpus with: bash scripts/prepare_corpus.sh)",
-                         bfp8_last_error());
+    char cause[512];
+    if (st != BFP8_OK) {
+        /* bfp8_fail writes the buffer that bfp8_last_error() reads: copy the cause first. */
+        snprintf(cause, sizeof cause, "%s", bfp8_last_error());
+        return bfp8_fail(st, "data: %s (the default corpus comes from: bash scripts/prepare_corpus.sh)",
+                         cause);
+    }
     if (n == 0) {
         free(text);
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data file '%s' is empty", path);
@@ -68,7 +72,10 @@ bfp8_status dataset_load(token_dataset *d, const char *path, const bpe_tokenizer
     free(text);
     int32_t *shrunk = realloc(tokens, (count ? count : 1) * sizeof *tokens);
     st = dataset_from_tokens(d, shrunk ? shrunk : tokens, count, seq);
-    if (st != BFP8_OK) return bfp8_fail(st, "data file '%s': %s", path, bfp8_last_error());
+    if (st != BFP8_OK) {
+        snprintf(cause, sizeof cause, "%s", bfp8_last_error());
+        return bfp8_fail(st, "data file '%s': %s", path, cause);
+    }
     d->text_bytes = n;
     return BFP8_OK;
 }

@@ -95,6 +95,7 @@ static int report_failure(run_state *r, const char *fmt, ...)
 /* One line on stderr, and what became of the checkpoint. Returns 1. */
 static int report_failure(run_state *r, const char *fmt, ...) {
     progress_break(&r->progress);
+    fflush(stdout); /* what was printed so far comes before the message */
     char msg[1024];
     va_list args;
     va_start(args, fmt);
@@ -126,9 +127,12 @@ static bfp8_status load_or_train_tokenizer(run_state *r, int64_t vocab) {
     uint8_t *text;
     size_t n;
     bfp8_status st = read_whole_file(o->data_path, &text, &n);
-    if (st != BFP8_OK)
-        return bfp8_fail(st, "data: %s (make the default corpus with: bash scripts/prepare_corpus.sh)",
-                         bfp8_last_error());
+    if (st != BFP8_OK) {
+        char cause[512]; /* bfp8_fail overwrites what bfp8_last_error() points to */
+        snprintf(cause, sizeof cause, "%s", bfp8_last_error());
+        return bfp8_fail(st, "data: %s (the default corpus comes from: bash scripts/prepare_corpus.sh)",
+                         cause);
+    }
     if (n == 0) {
         free(text);
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data file '%s' is empty", o->data_path);
@@ -263,6 +267,22 @@ static int resolve_options(run_state *r, checkpoint_info *resume_info, char *res
         if (!o->accum_given) o->grad_accum = resume_info->grad_accum;
         if (!o->steps_given) o->steps = (int64_t)resume_info->total_steps;
         if (!o->seed_given) o->seed = (int64_t)resume_info->seed;
+    }
+    if (!o->resume && !o->overwrite) { /* never replace another run's checkpoint by surprise */
+        char existing[4200];
+        snprintf(existing, sizeof existing, "%s/checkpoint.bin", o->checkpoint_dir);
+        checkpoint_info old;
+        if (path_exists(existing)) {
+            if (checkpoint_read_info(existing, &old) == BFP8_OK)
+                fprintf(stderr, "blockfp8 train: %s already holds a run (step %llu of %llu); pass "
+                                "--resume to continue it, --overwrite to start over, or another "
+                                "--checkpoint-dir\n", existing, (unsigned long long)old.step,
+                        (unsigned long long)old.total_steps);
+            else
+                fprintf(stderr, "blockfp8 train: %s already exists; pass --overwrite to start over "
+                                "or another --checkpoint-dir\n", existing);
+            return 1;
+        }
     }
     const train_defaults *d = &preset_defaults[0];
     for (size_t i = 0; i < sizeof preset_defaults / sizeof preset_defaults[0]; ++i)

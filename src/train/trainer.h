@@ -26,6 +26,7 @@ typedef struct train_options {
     float lr, min_lr, weight_decay, clip, temperature;
     /* which options were given on the command line (resume keeps the others) */
     int model_given, batch_given, seq_given, steps_given, accum_given, seed_given;
+    int overwrite; /* a fresh run may replace <checkpoint_dir>/checkpoint.bin */
 } train_options;
 
 /* Everything unset: the preset fills it in. */

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# test_cli.sh - the `blockfp8` program as a user runs it, on a small corpus
+# made from this repository's own sources:
+#   resume   a run stopped at step 3 and resumed ends with a checkpoint and
+#            losses bit-identical to one uninterrupted run
+#   bad      unknown options and values, missing / empty data, corrupt,
+#            truncated, foreign and mismatched checkpoints, NaN in a quantized
+#            weight (fp8) and in the loss (bf16): each gives a non-zero exit
+#            and a clear one-line message, and the checkpoint already on disk
+#            is byte-for-byte untouched
+#   tools    plot writes a PNG, sample and tokenize work from a checkpoint
+#
+#   bash tests/train/test_cli.sh build/tools/blockfp8 [resume|bad|tools]
+#   (ctest runs each group as train_cli_<group>)
+set -uo pipefail
+
+bin="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+group="${2:-all}"
+src="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+work="$(mktemp -d "${TMPDIR:-/tmp}/bfp8_cli.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+failures=0
+checks=0
+fail() { echo "FAIL: $*" >&2; failures=$((failures + 1)); }
+
+# A corpus with enough text for a 320-token BPE, the same on every machine
+# with the same checkout.
+cat "$src"/src/model/*.c "$src"/src/train/*.c >corpus.txt
+common=(--data corpus.txt --tokenizer tok.bin --vocab-size 320 --batch 2 --seq 32
+        --eval-every 2 --eval-batches 1 --sample-tokens 0 --threads 2)
+
+# expect_fail "what" "message substring" args...: non-zero exit, the substring on stderr.
+expect_fail() {
+    local what="$1" needle="$2"
+    shift 2
+    checks=$((checks + 1))
+    "$bin" "$@" >out.txt 2>err.txt
+    local rc=$?
+    if [[ $rc -eq 0 ]]; then
+        fail "$what: exit 0, expected a failure"
+    elif [[ $rc -ge 126 ]]; then
+        fail "$what: exit $rc (a crash?)"
+    elif ! grep -qF -- "$needle" err.txt; then
+        fail "$what: stderr lacks '$needle': $(cat err.txt)"
+    elif [[ $(wc -l <err.txt) -gt 2 ]]; then
+        fail "$what: more than a line or two on stderr: $(cat err.txt)"
+    else
+        echo "ok   $what: rc $rc: $(tail -n 1 err.txt)"
+    fi
+}
+
+expect_ok() {
+    local what="$1"
+    shift
+    checks=$((checks + 1))
+    if ! "$bin" "$@" >out.txt 2>err.txt; then
+        fail "$what: exit $?: $(cat err.txt)"
+        return 1
+    fi
+    echo "ok   $what"
+}
+
+same_file() { # same_file "what" expected actual
+    checks=$((checks + 1))
+    if cmp -s "$2" "$3"; then echo "ok   $1"; else fail "$1: $3 differs from $2"; fi
+}
+
+# The train losses of a metrics file, one "step loss" per line.
+losses() { sed -n 's/.*"type":"train","step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
+
+# ---------------------------------------------------------------------------
+test_resume() {
+    expect_ok "uninterrupted run, 6 steps" train "${common[@]}" --steps 6 --checkpoint-dir full || return
+    expect_ok "same run stopped at step 3" train "${common[@]}" --steps 6 --stop-at 3 --checkpoint-dir part || return
+    grep -q '"step":3' part/metrics.jsonl || fail "the stopped run has no step 3"
+    # Resume with only --resume: steps, batch, seq, seed come from the checkpoint.
+    expect_ok "resumed to step 6" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
+        --eval-every 2 --eval-batches 1 --threads 2 --checkpoint-dir part --resume || return
+    grep -q "resumed from part/checkpoint.bin at step 3" out.txt || fail "no 'resumed at step 3' line"
+    same_file "resumed checkpoint is bit-identical to the uninterrupted one" full/checkpoint.bin part/checkpoint.bin
+    checks=$((checks + 1))
+    if [[ "$(losses full/metrics.jsonl)" == "$(losses part/metrics.jsonl)" && -n "$(losses full/metrics.jsonl)" ]]; then
+        echo "ok   losses of steps 1..6 identical"
+    else
+        fail "losses differ: $(losses full/metrics.jsonl | tr '\n' ' ') vs $(losses part/metrics.jsonl | tr '\n' ' ')"
+    fi
+    # bf16 recipe with gradient accumulation, resumed from an explicit file.
+    expect_ok "bf16, accum 2, uninterrupted" train "${common[@]}" --recipe bf16 --grad-accum 2 --steps 4 --checkpoint-dir fa || return
+    expect_ok "bf16, accum 2, stopped at 2" train "${common[@]}" --recipe bf16 --grad-accum 2 --steps 4 --stop-at 2 --checkpoint-dir pa || return
+    cp pa/checkpoint.bin step2.bin
+    expect_ok "bf16, accum 2, resumed from a file" train "${common[@]}" --recipe bf16 --checkpoint-dir pa --resume step2.bin || return
+    same_file "bf16 + accumulation: resumed checkpoint bit-identical" fa/checkpoint.bin pa/checkpoint.bin
+}
+
+# ---------------------------------------------------------------------------
+test_bad_input() {
+    expect_ok "a good run to step 2 (its checkpoint is the one to protect)" \
+        train "${common[@]}" --steps 6 --stop-at 2 --checkpoint-dir good || return
+    cp good/checkpoint.bin reference.bin
+
+    expect_fail "unknown command" "unknown command 'trian'" trian
+    expect_fail "unknown option" "unknown option '--stpes'" train "${common[@]}" --stpes 5 --checkpoint-dir good
+    expect_fail "non-numeric value" "--steps expects an integer, got '5x'" train "${common[@]}" --steps 5x --checkpoint-dir good
+    expect_fail "non-finite float" "--lr expects a finite number" train "${common[@]}" --lr nan --checkpoint-dir good
+    expect_fail "missing value" "--batch needs a value" train --batch
+    expect_fail "out-of-range value" "--steps must be >= 1" train "${common[@]}" --steps 0 --checkpoint-dir fresh
+    expect_fail "unknown recipe" "unknown --recipe 'fp4'" train "${common[@]}" --recipe fp4 --checkpoint-dir good
+    expect_fail "unknown model" "unknown --model 'huge'" train "${common[@]}" --model huge --checkpoint-dir good
+    expect_fail "unknown device" "unknown --device 'tpu'" train "${common[@]}" --device tpu --checkpoint-dir good
+    expect_fail "seq above the preset" "exceeds the tiny model's 128" train "${common[@]}" --seq 129 --checkpoint-dir fresh
+
+    expect_fail "a fresh run over an existing checkpoint" "good/checkpoint.bin already holds a run (step 2 of 6)" \
+        train "${common[@]}" --steps 6 --checkpoint-dir good
+    expect_fail "missing data" "cannot open 'no_such_corpus.txt'" \
+        train "${common[@]}" --data no_such_corpus.txt --checkpoint-dir fresh
+    expect_fail "missing data, no tokenizer yet" "cannot open 'no_such_corpus.txt'" \
+        train "${common[@]}" --data no_such_corpus.txt --tokenizer tok_new.bin --checkpoint-dir fresh
+    : >empty.txt
+    expect_fail "empty data" "data file 'empty.txt' is empty" \
+        train "${common[@]}" --data empty.txt --tokenizer tok_new.bin --checkpoint-dir fresh
+    expect_fail "empty data, existing tokenizer" "data file 'empty.txt' is empty" \
+        train "${common[@]}" --data empty.txt --checkpoint-dir fresh
+    head -c 150 corpus.txt >short.txt
+    expect_fail "too little data" "too few" train "${common[@]}" --data short.txt --checkpoint-dir fresh
+    printf 'not a tokenizer' >bad_tok.bin
+    expect_fail "corrupt tokenizer" "not a blockfp8 tokenizer" \
+        train "${common[@]}" --tokenizer bad_tok.bin --checkpoint-dir fresh
+
+    cp reference.bin payload.bin
+    printf '\x55' | dd of=payload.bin bs=1 seek=50000 conv=notrunc 2>/dev/null
+    expect_fail "corrupt checkpoint (weights)" "weights checksum mismatch" \
+        train "${common[@]}" --checkpoint-dir good --resume payload.bin
+    cp reference.bin header.bin
+    printf '\x07' | dd of=header.bin bs=1 seek=60 conv=notrunc 2>/dev/null
+    expect_fail "corrupt checkpoint (header)" "header checksum mismatch" \
+        train "${common[@]}" --checkpoint-dir good --resume header.bin
+    head -c 100000 reference.bin >truncated.bin
+    expect_fail "truncated checkpoint" "truncated" train "${common[@]}" --checkpoint-dir good --resume truncated.bin
+    expect_fail "not a checkpoint" "not a blockfp8 checkpoint" \
+        train "${common[@]}" --checkpoint-dir good --resume corpus.txt
+    expect_fail "missing checkpoint" "cannot open checkpoint 'nothing.bin'" \
+        train "${common[@]}" --checkpoint-dir good --resume nothing.bin
+    expect_fail "checkpoint of another model" "is a 'tiny' model, --model asks for 'small'" \
+        train "${common[@]}" --model small --checkpoint-dir good --resume
+    expect_fail "checkpoint of another tokenizer" "trained with another tokenizer" \
+        train "${common[@]}" --tokenizer tok300.bin --vocab-size 300 --checkpoint-dir good --resume
+    same_file "the checkpoint is untouched by the failed resumes" reference.bin good/checkpoint.bin
+
+    expect_fail "NaN in a quantized weight (fp8-blockwise)" "non-finite value (NaN/Inf) in layer 0 attn.qkv: quantized tensor W" \
+        train "${common[@]}" --checkpoint-dir good --resume --inject-nonfinite 3
+    grep -qF "The last checkpoint, good/checkpoint.bin (step 2), is intact" err.txt ||
+        fail "the NaN message does not name the intact checkpoint: $(cat err.txt)"
+    same_file "the checkpoint is untouched after the NaN weight" reference.bin good/checkpoint.bin
+    expect_fail "NaN in the loss (bf16)" "the loss is NaN" \
+        train "${common[@]}" --recipe bf16 --checkpoint-dir good --resume --inject-nonfinite 3 --checkpoint-every 1
+    same_file "the checkpoint is untouched after the NaN loss" reference.bin good/checkpoint.bin
+    checks=$((checks + 1))
+    if ls good | grep -q tmp; then fail "a temporary file was left in good/: $(ls good)"; else echo "ok   no temporary files left"; fi
+
+    expect_fail "plot without files" "give at least one metrics file" plot --out x.png
+    expect_fail "plot of a missing file" "cannot open metrics file 'nope.jsonl'" plot --out x.png nope.jsonl
+    expect_fail "sample from a corrupt checkpoint" "checksum mismatch" \
+        sample --checkpoint payload.bin --tokenizer tok.bin
+}
+
+# ---------------------------------------------------------------------------
+test_tools() {
+    expect_ok "train two short runs" train "${common[@]}" --steps 4 --checkpoint-dir a || return
+    expect_ok "train two short runs (bf16)" train "${common[@]}" --steps 4 --recipe bf16 --checkpoint-dir b || return
+    expect_ok "plot two runs" plot --out curves.png --title "test" fp8=a/metrics.jsonl bf16=b/metrics.jsonl || return
+    checks=$((checks + 1))
+    if [[ "$(head -c 8 curves.png | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]]; then
+        echo "ok   the plot is a PNG"
+    else
+        fail "curves.png is not a PNG"
+    fi
+    expect_ok "sample from a checkpoint" sample --checkpoint a/checkpoint.bin --tokenizer tok.bin --tokens 20 --prompt "int " || return
+    checks=$((checks + 1))
+    if [[ $(head -c 4 out.txt) == "int " || $(grep -c "int " out.txt) -ge 1 ]]; then echo "ok   the sample starts from the prompt"; else fail "sample output: $(cat out.txt)"; fi
+    expect_ok "tokenize encode" tokenize encode --tokenizer tok.bin --text "static int x;" || return
+    ids=$(tr -c '0-9 \n' ' ' <out.txt | tr -s ' \n' ' ')
+    # shellcheck disable=SC2086
+    expect_ok "tokenize decode" tokenize decode --tokenizer tok.bin $ids || return
+    checks=$((checks + 1))
+    if grep -qF "static int x;" out.txt; then echo "ok   encode then decode gives the text back"; else fail "decode gave: $(cat out.txt)"; fi
+}
+
+case "$group" in
+    resume) test_resume ;;
+    bad) test_bad_input ;;
+    tools) test_tools ;;
+    all) test_resume; test_bad_input; test_tools ;;
+    *) echo "unknown group '$group'" >&2; exit 2 ;;
+esac
+echo "train_cli ($group): $checks checks, $failures failed"
+[[ $failures -eq 0 && $checks -gt 0 ]]
