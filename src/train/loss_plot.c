@@ -160,18 +160,18 @@ bfp8_status plot_losses(const char *png_path, const run_metrics *runs, int num_r
     /* legend, top right */
     char text[160];
     int legend_w = 0;
-    for (int r = 0; r < num_runs; ++r) {
-        snprintf(text, sizeof text, "%s val", runs[r].label);
+    for (int r = 0; r < num_runs; ++r) { /* the train line is the longer of a run's two */
+        snprintf(text, sizeof text, "%s train%s", runs[r].label, o->smooth > 0.0 ? " (smoothed)" : "");
         const int w = canvas_text_width(text, 1);
         legend_w = w > legend_w ? w : legend_w;
     }
-    const int lx = main.right - legend_w - 50, ly = main.top + 10;
+    const int lx = main.right - legend_w - 32 - 16, ly = main.top + 10;
     canvas_fill_rect(&c, lx - 8, ly - 8, main.right - 8, ly + num_runs * 32 + 2, WHITE);
     for (int r = 0; r < num_runs; ++r) {
         const rgb_color col = PALETTE[r % PALETTE_SIZE];
         const int y = ly + r * 32;
         canvas_line(&c, lx, y + 4, lx + 24, y + 4, 2.0, col);
-        snprintf(text, sizeof text, "%s train (smoothed)", runs[r].label);
+        snprintf(text, sizeof text, "%s train%s", runs[r].label, o->smooth > 0.0 ? " (smoothed)" : "");
         canvas_text(&c, lx + 32, y + 1, text, 1, BLACK);
         canvas_dot(&c, lx + 12, y + 19, 3.5, col);
         snprintf(text, sizeof text, "%s val", runs[r].label);

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# train.sh - the main job from a fresh checkout, in one command:
+#   1. builds the `blockfp8` program (CPU backend only: the trainer runs on
+#      the CPU; a full build with CUDA is the top-level CMakeLists' job),
+#   2. makes the default corpus, data/corpus.txt, from Debian packages if it
+#      is missing (scripts/prepare_corpus.sh; installs them with apt-get),
+#   3. runs `blockfp8 train` with the given options; without any, the tiny
+#      model, fp8-blockwise recipe, 300 steps, then a sample.
+#
+#   bash scripts/train.sh                          # the default run
+#   bash scripts/train.sh --recipe bf16 --steps 100
+#
+# A fresh run replaces the checkpoint of an earlier run in the same
+# --checkpoint-dir (runs/<model>-<recipe> by default); with --resume it
+# continues it instead.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${BFP8_BUILD_DIR:-$root/build-cpu}"
+
+for tool in cmake cc; do
+  command -v "$tool" >/dev/null || {
+    echo "train.sh: '$tool' is missing; install it with: apt-get install -y cmake gcc make" >&2
+    exit 1
+  }
+done
+if [[ ! -f $build/CMakeCache.txt ]]; then
+  echo "train.sh: configuring $build (CPU only)" >&2
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBFP8_CUDA=OFF >/dev/null
+fi
+echo "train.sh: building blockfp8" >&2
+cmake --build "$build" -j"$(nproc)" --target blockfp8_cli >/dev/null
+
+cd "$root"
+data=data/corpus.txt
+for ((i = 1; i <= $#; ++i)); do # a --data FILE given by the user replaces the default corpus
+  [[ ${!i} == --data ]] && { j=$((i + 1)); data="${!j:-}"; }
+  [[ ${!i} == --data=* ]] && data="${!i#--data=}"
+done
+if [[ $data == data/corpus.txt && ! -s $data ]]; then
+  bash scripts/prepare_corpus.sh
+fi
+
+extra=(--overwrite)
+for arg in "$@"; do
+  [[ $arg == --resume || $arg == --resume=* || $arg == --overwrite ]] && extra=()
+done
+exec "$build/tools/blockfp8" train "${extra[@]}" "$@"
