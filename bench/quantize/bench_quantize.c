@@ -3,6 +3,7 @@
  * bandwidth measured in the same run (issue #3, docs/TARGETS.md).
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
+ *                  [--variant 0|1|both]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -17,6 +18,11 @@
  * once. After timing, two 128-row slabs of every output (the first and the
  * last) are compared bit for bit with the CPU reference of the same slab,
  * so the large shapes that the tests do not cover are checked too.
+ *
+ * --variant: the quantize kernel variant(s) to run (src/cuda/quantize_common.cuh,
+ * kernel_shape: 0 the first version, 1 the current default). "both" (the
+ * default) times and checks every kernel under each, one after the other,
+ * rows labelled "v0" / "v1", and ends with a table of v1 against v0.
  *
  * --profile: no timing and no checks, one launch of each kernel (plus one
  * copy), for `ncu --launch-count` / nsys.
@@ -48,7 +54,12 @@ typedef struct result {
     int64_t check_errors; /* -1: not checked */
 } result;
 
-static result results[64];
+static result results[128];
+
+/* Benchmark hook of src/cuda/quantize_1x128.cu (not in the public API):
+ * selects the kernel variant of later CUDA quantize calls, returns the
+ * previous one or -1 when v is not a variant. */
+extern int bfp8_cuda_quantize_set_variant(int v);
 static int n_results = 0;
 
 static bfp8_context *gpu, *cpu;
@@ -287,12 +298,13 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
 
 static void usage(const char *prog) {
     fprintf(stderr,
-            "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]\n", prog);
+            "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]"
+            " [--variant 0|1|both]\n", prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1;
+    int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1, v_first = 0, v_last = 1;
     const char *json = NULL;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -302,6 +314,12 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--quick") == 0) quick = 1;
         else if (strcmp(a, "--profile") == 0) profile = 1;
         else if (strcmp(a, "--no-check") == 0) check = 0;
+        else if (strcmp(a, "--variant") == 0 && v) {
+            if (strcmp(v, "both") == 0) { v_first = 0; v_last = 1; }
+            else if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) v_first = v_last = atoi(v);
+            else usage(argv[0]);
+            ++i;
+        }
         else usage(argv[0]);
     }
     if (quick) reps = reps > 10 ? 10 : reps;
@@ -345,11 +363,13 @@ int main(int argc, char **argv) {
             workload w;
             workload_init(&w, dtypes[d], R, C, block, seed++);
             const int m0 = block ? MODE_W_WT : MODE_DUAL, m1 = block ? MODE_W : MODE_COLS;
-            for (int mode = m0; mode <= m1; ++mode) {
+            for (int mode = m0; mode <= m1; ++mode)
+            for (int variant = v_first; variant <= v_last; ++variant) {
+                if (bfp8_cuda_quantize_set_variant(variant) < 0) bench_die("no kernel variant %d", variant);
                 w.mode = mode;
                 result *r = &results[n_results++];
                 memset(r, 0, sizeof *r);
-                snprintf(r->kernel, sizeof r->kernel, "%s", mode_names[mode]);
+                snprintf(r->kernel, sizeof r->kernel, "%s v%d", mode_names[mode], variant);
                 r->dtype = w.dtype;
                 r->rows = R;
                 r->cols = C;
@@ -371,7 +391,7 @@ int main(int argc, char **argv) {
                     r->check_errors = check_slab(&w, mode, 0) + check_slab(&w, mode, (R - 1) / 128 * 128);
                     total_bad += r->check_errors;
                 }
-                printf("%-14s %-4s %6lldx%-6lld %s %9.1f us %7.0f GB/s %5.1f%% of copy%s\n", r->kernel,
+                printf("%-17s %-4s %6lldx%-6lld %s %9.1f us %7.0f GB/s %5.1f%% of copy%s\n", r->kernel,
                        bfp8_dtype_name(r->dtype), (long long)R, (long long)C, r->t.ok ? "" : "FAILED",
                        r->t.median_ms * 1e3, r->gbps, r->pct_copy,
                        r->check_errors > 0 ? "  << CHECK FAILED" : r->check_errors == 0 ? "  (checked)" : "");
@@ -387,7 +407,7 @@ int main(int argc, char **argv) {
 
     printf("\n==== Summary (copy %.0f GB/s = 100%%; GB/s counts x read + codes and scales written) ====\n",
            copy_gbps);
-    printf("%-14s %-4s %-13s %9s %9s %7s %6s %s\n", "kernel", "in", "shape", "median", "min", "GB/s",
+    printf("%-17s %-4s %-13s %9s %9s %7s %6s %s\n", "kernel", "in", "shape", "median", "min", "GB/s",
            "%copy", "check");
     int all_ok = 1;
     for (int i = 0; i < n_results; ++i) {
@@ -395,9 +415,24 @@ int main(int argc, char **argv) {
         char shape[32];
         snprintf(shape, sizeof shape, "%lldx%lld", (long long)r->rows, (long long)r->cols);
         if (!r->t.ok) all_ok = 0;
-        printf("%-14s %-4s %-13s %7.1fus %7.1fus %7.0f %5.1f%% %s\n", r->kernel, bfp8_dtype_name(r->dtype),
+        printf("%-17s %-4s %-13s %7.1fus %7.1fus %7.0f %5.1f%% %s\n", r->kernel, bfp8_dtype_name(r->dtype),
                shape, r->t.median_ms * 1e3, r->t.min_ms * 1e3, r->gbps, r->pct_copy,
                r->check_errors < 0 ? "-" : r->check_errors == 0 ? "ok" : "FAILED");
+    }
+
+    if (v_first == 0 && v_last == 1) {
+        printf("\n==== Variant 1 against variant 0 (same run; speedup = v0 median / v1 median) ====\n");
+        printf("%-14s %-4s %-13s %9s %9s %7s %7s %7s\n", "kernel", "in", "shape", "v0", "v1", "v0 %", "v1 %",
+               "speedup");
+        for (int i = 0; i + 1 < n_results; i += 2) {
+            const result *r0 = &results[i], *r1 = &results[i + 1];
+            char shape[32], name[32];
+            snprintf(shape, sizeof shape, "%lldx%lld", (long long)r0->rows, (long long)r0->cols);
+            snprintf(name, sizeof name, "%.*s", (int)(strlen(r0->kernel) - 3), r0->kernel);
+            printf("%-14s %-4s %-13s %7.1fus %7.1fus %6.1f%% %6.1f%% %7.3f\n", name, bfp8_dtype_name(r0->dtype),
+                   shape, r0->t.median_ms * 1e3, r1->t.median_ms * 1e3, r0->pct_copy, r1->pct_copy,
+                   r1->t.ok && r0->t.ok ? r0->t.median_ms / r1->t.median_ms : 0.0);
+        }
     }
 
     if (json) {

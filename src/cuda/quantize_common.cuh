@@ -36,6 +36,10 @@
 #include "cuda/cuda_common.cuh"
 #include "formats/formats.h"
 
+#ifndef BFP8_QUANT_EMULATION
+#include <atomic>
+#endif
+
 namespace bfp8_quant {
 
 constexpr int kTile = 128;
@@ -85,6 +89,29 @@ __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
 }
 #endif
 __device__ __forceinline__ uint32_t pack16x2(uint32_t lo, uint32_t hi) { return lo | (hi << 16); }
+
+/* PRMT: byte k of the result is byte (sel >> 4k) & 7 of the 8 bytes {a, b}. */
+__device__ __forceinline__ uint32_t perm_bytes(uint32_t a, uint32_t b, uint32_t sel) {
+#ifndef BFP8_QUANT_EMULATION
+    return __byte_perm(a, b, sel);
+#else
+    const uint64_t v = (uint64_t)a | (uint64_t)b << 32;
+    uint32_t r = 0;
+    for (int k = 0; k < 4; ++k) r |= (uint32_t)((v >> (8 * ((sel >> (4 * k)) & 7))) & 0xffu) << (8 * k);
+    return r;
+#endif
+}
+
+/* Transpose a 4 x 4 byte block: word i holds row i (byte k = column k) on
+ * input, column i on output (byte k = row k). 8 PRMT. */
+__device__ __forceinline__ void transpose4x4_bytes(uint32_t (&w)[4]) {
+    const uint32_t t0 = perm_bytes(w[0], w[1], 0x5140u), t1 = perm_bytes(w[0], w[1], 0x7362u);
+    const uint32_t t2 = perm_bytes(w[2], w[3], 0x5140u), t3 = perm_bytes(w[2], w[3], 0x7362u);
+    w[0] = perm_bytes(t0, t2, 0x5410u);
+    w[1] = perm_bytes(t0, t2, 0x7632u);
+    w[2] = perm_bytes(t1, t3, 0x5410u);
+    w[3] = perm_bytes(t1, t3, 0x7632u);
+}
 
 /* formats.h's bfp8_scale_multiplier with the division spelled __fdiv_rn, so
  * no compiler flag can make it approximate; tests/gpu_quantize checks the
@@ -338,8 +365,23 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
 /* ------------------------------------------------------------------------ */
 /* The kernel                                                                */
 
-template <typename In> struct kernel_shape {
-    static constexpr int kStages = sizeof(In) == 2 ? 2 : 3;
+/*
+ * Kernel variants (both bit-exact; bench_quantize times them side by side,
+ * bfp8_cuda_quantize_set_variant picks one):
+ *   0  the first version: 2 stages for bf16; the 128x128 multiplier made by
+ *      thread 0 between two barriers; W^T codes quantized a second time.
+ *   1  (default) 3 stages for bf16 (still 2 CTAs per SM: 2 x (113 + 1) KB =
+ *      228 KB), so two tiles (64 KB) are in flight per CTA instead of one;
+ *      128x128: every thread reduces the 8 warp maxima itself (no serial
+ *      section, one barrier fewer per tile) and the W^T codes are the W
+ *      codes transposed in registers (PRMT) instead of 64 more FMUL and 32
+ *      more cvt per thread.
+ */
+constexpr int kVariants = 2;
+constexpr int kDefaultVariant = 1;
+
+template <typename In, int kV = kDefaultVariant> struct kernel_shape {
+    static constexpr int kStages = sizeof(In) == 2 ? (kV >= 1 ? 3 : 2) : 3;
     static constexpr int kMinBlocks = sizeof(In) == 2 ? 2 : 1;
     static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
     static constexpr int kSmemBytes = kStages * kStageBytes + kScratchBytes + kMultBytes;
@@ -349,10 +391,13 @@ template <typename In> struct kernel_shape {
  * kBlock: one 128x128 group per tile (else 1x128 groups).
  * kQ / kT: write the codes and scales of x / of x^T.
  */
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
-__global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
+__global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
     quantize_tiles_kernel(const __grid_constant__ tile_args a) {
-    using shape = kernel_shape<In>;
+    using shape = kernel_shape<In, kV>;
+    /* variant 1, 128x128: the 8 warp maxima, outside the scratch that the
+     * transposed codes overwrite while slower warps may still read them */
+    constexpr bool kFastBlock = kBlock && kV >= 1;
     constexpr int kStages = shape::kStages;
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *const scratch = smem + kStages * shape::kStageBytes;
@@ -388,7 +433,7 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
         stage = stage == kStages - 1 ? 0 : stage + 1;
         if (kBlock) {
             const uint32_t m = __reduce_max_sync(0xffffffffu, x.amax_all());
-            if ((tid & 31) == 0) row_part[tid >> 5] = m;
+            if ((tid & 31) == 0) (kFastBlock ? reinterpret_cast<uint32_t *>(row_mult) : row_part)[tid >> 5] = m;
         } else {
             uint32_t rmax[8], cmax[8];
             x.amax(rmax, cmax);
@@ -409,7 +454,20 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
 
         /* B: multipliers and scales */
         int nonfinite = 0;
-        if (kBlock) {
+        float block_mult = 0.0f;
+        if (kFastBlock) { /* every thread, from the same 8 words: the same multiplier */
+            const uint4 m0 = *reinterpret_cast<const uint4 *>(row_mult);
+            const uint4 m1 = *reinterpret_cast<const uint4 *>(row_mult + 4);
+            const uint32_t m = max(max(max(m0.x, m0.y), max(m0.z, m0.w)), max(max(m1.x, m1.y), max(m1.z, m1.w)));
+            float scale;
+            nonfinite = group_multiplier(m, a.pow2, block_mult, scale);
+            if (tid == 0) {
+                a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
+                if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
+            } else {
+                nonfinite = 0;
+            }
+        } else if (kBlock) {
             if (tid == 0) {
                 uint32_t m = 0;
 #pragma unroll
@@ -445,11 +503,14 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
         }
         /* Groups that lie wholly outside x are all zero, never non-finite. */
         if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
-        __syncthreads();
+        if (!kFastBlock) __syncthreads();
 
         /* C: codes */
         float rm[8], cm[8];
-        if (kBlock) {
+        if (kFastBlock) {
+#pragma unroll
+            for (int i = 0; i < 8; ++i) rm[i] = cm[i] = block_mult;
+        } else if (kBlock) {
             const float m = row_mult[0];
 #pragma unroll
             for (int i = 0; i < 8; ++i) rm[i] = cm[i] = m;
@@ -468,6 +529,7 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
             }
         }
         uint32_t tcode[8][2]; /* column j of the block: rows 0..3, rows 4..7 */
+        uint32_t rcode[8][2]; /* row i of the block: columns 0..3, columns 4..7 */
 #pragma unroll
         for (int k = 0; k < 4; ++k) { /* rows 2k, 2k+1 */
             if (kQ) {
@@ -480,9 +542,11 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
                     const uint32_t hi = pack16x2(e4m3x2(__fmul_rn(x.at(i, 4), m), __fmul_rn(x.at(i, 5), m)),
                                                  e4m3x2(__fmul_rn(x.at(i, 6), m), __fmul_rn(x.at(i, 7), m)));
                     store_row_codes<kAligned>(a, p, rb * 8 + i, cc, lo, hi);
+                    rcode[i][0] = lo;
+                    rcode[i][1] = hi;
                 }
             }
-            if (kT) {
+            if (kT && !kFastBlock) {
 #pragma unroll
                 for (int j = 0; j < 8; ++j) {
                     const uint32_t h = e4m3x2(__fmul_rn(x.at(2 * k, j), cm[j]),
@@ -493,6 +557,17 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
                         tcode[j][k / 2] |= h << 16;
                 }
             }
+        }
+        if (kT && kFastBlock) { /* one multiplier: the column codes are the row codes */
+#pragma unroll
+            for (int h = 0; h < 2; ++h)     /* rows 4h..4h+3 */
+#pragma unroll
+                for (int g = 0; g < 2; ++g) { /* columns 4g..4g+3 */
+                    uint32_t w[4] = {rcode[4 * h][g], rcode[4 * h + 1][g], rcode[4 * h + 2][g], rcode[4 * h + 3][g]};
+                    transpose4x4_bytes(w);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) tcode[4 * g + j][h] = w[j];
+                }
         }
         if (kT) {
 #pragma unroll
@@ -552,23 +627,42 @@ static inline tile_args make_tile_args(const bfp8_matrix *x, const bfp8_qmatrix 
 /* ------------------------------------------------------------------------ */
 /* Host side                                                                 */
 
+/* The kernel variant every launch uses (see kernel_shape); only
+ * bfp8_cuda_quantize_set_variant (quantize_1x128.cu) changes it. */
+inline std::atomic<int> g_variant{kDefaultVariant};
+
 /* Launch quantize_tiles_kernel on ctx's stream over a persistent grid: as
- * many CTAs as fit on the device at once, at most one per tile. */
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
-bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
-    auto kernel = quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned>;
-    const int smem = kernel_shape<In>::kSmemBytes;
+ * many CTAs as fit on the device at once, at most one per tile. The shared
+ * memory attribute and the occupancy are asked once per device and kernel. */
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
+bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, const char *fn) {
+    auto kernel = quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned, kV>;
+    const int smem = kernel_shape<In, kV>::kSmemBytes;
+    constexpr int kCachedDevices = 64;
+    static std::atomic<int> cached_per_sm[kCachedDevices]; /* 0: not asked yet */
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
-    BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    int per_sm = 0;
-    BFP8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-    if (per_sm < 1)
-        return bfp8_fail(BFP8_ERR_CUDA, "%s: the quantize kernel does not fit on the device", fn);
+    const bool cacheable = ctx->device >= 0 && ctx->device < kCachedDevices;
+    int per_sm = cacheable ? cached_per_sm[ctx->device].load(std::memory_order_acquire) : 0;
+    if (per_sm == 0) {
+        BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        BFP8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+        if (per_sm < 1)
+            return bfp8_fail(BFP8_ERR_CUDA, "%s: the quantize kernel does not fit on the device", fn);
+        if (cacheable) cached_per_sm[ctx->device].store(per_sm, std::memory_order_release);
+    }
     const int64_t resident = (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms;
     const int grid = (int)(args.num_tiles < resident ? args.num_tiles : resident);
     kernel<<<grid, kThreads, smem, bfp8_stream_of(ctx)>>>(args);
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
+}
+
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
+bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
+    static_assert(kVariants == 2, "one branch per variant");
+    if (g_variant.load(std::memory_order_relaxed) == 0)
+        return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
+    return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 1>(ctx, args, fn);
 }
 #endif
 

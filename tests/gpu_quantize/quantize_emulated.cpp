@@ -142,9 +142,15 @@ static inline uint32_t e4m3x2(float lo, float hi) {
 #include "cuda/quantize_common.cuh"
 
 namespace bfp8_quant {
-alignas(128) uint8_t smem[kernel_shape<float>::kSmemBytes > kernel_shape<uint16_t>::kSmemBytes
-                              ? kernel_shape<float>::kSmemBytes
-                              : kernel_shape<uint16_t>::kSmemBytes];
+constexpr int kMaxSmem = [] {
+    int m = 0;
+    for (int b : {kernel_shape<float, 0>::kSmemBytes, kernel_shape<uint16_t, 0>::kSmemBytes,
+                  kernel_shape<float, 1>::kSmemBytes, kernel_shape<uint16_t, 1>::kSmemBytes})
+        m = b > m ? b : m;
+    return m;
+}();
+static_assert(kVariants == 2, "emulate every variant");
+alignas(128) uint8_t smem[kMaxSmem];
 }
 
 extern "C" {
@@ -157,15 +163,16 @@ using namespace bfp8_quant;
 /* ------------------------------------------------------------------------ */
 /* Launch                                                                    */
 
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
 static void kernel_body(const void *args) {
-    quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned>(*static_cast<const tile_args *>(args));
+    quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned, kV>(*static_cast<const tile_args *>(args));
 }
 
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
-static void emulate(const tile_args &a, int grid) {
+static void emulate(const tile_args &a, int grid, int variant) {
     if (!emu::stacks) emu::stacks = static_cast<char *>(test_malloc(emu::kThreads * emu::kStackBytes));
-    emu::body = kernel_body<In, kBlock, kQ, kT, kAligned>;
+    emu::body = variant == 0 ? kernel_body<In, kBlock, kQ, kT, kAligned, 0>
+                             : kernel_body<In, kBlock, kQ, kT, kAligned, 1>;
     emu::body_args = &a;
     gridDim = dim3((unsigned)grid, 1, 1);
     for (int b = 0; b < grid; ++b) {
@@ -196,13 +203,14 @@ enum mode { MODE_DUAL, MODE_ROWS, MODE_COLS, MODE_BLOCK, MODE_BLOCK_T, MODE_COUN
 static const char *const mode_names[MODE_COUNT] = {"1x128 dual", "1x128 rows", "1x128 cols",
                                                    "128x128", "128x128+T"};
 
-template <typename In, bool kAligned> static void emulate_mode(int mode, const tile_args &a, int grid) {
+template <typename In, bool kAligned>
+static void emulate_mode(int mode, const tile_args &a, int grid, int variant) {
     switch (mode) {
-    case MODE_DUAL: emulate<In, false, true, true, kAligned>(a, grid); break;
-    case MODE_ROWS: emulate<In, false, true, false, kAligned>(a, grid); break;
-    case MODE_COLS: emulate<In, false, false, true, kAligned>(a, grid); break;
-    case MODE_BLOCK: emulate<In, true, true, false, kAligned>(a, grid); break;
-    default: emulate<In, true, true, true, kAligned>(a, grid); break;
+    case MODE_DUAL: emulate<In, false, true, true, kAligned>(a, grid, variant); break;
+    case MODE_ROWS: emulate<In, false, true, false, kAligned>(a, grid, variant); break;
+    case MODE_COLS: emulate<In, false, false, true, kAligned>(a, grid, variant); break;
+    case MODE_BLOCK: emulate<In, true, true, false, kAligned>(a, grid, variant); break;
+    default: emulate<In, true, true, true, kAligned>(a, grid, variant); break;
     }
 }
 
@@ -241,10 +249,10 @@ static void free_reference(reference *ref) {
 static int64_t cases_run = 0;
 
 static void run_case(const void *dense, bfp8_dtype dtype, int64_t rows, int64_t cols, int pow2,
-                     int mode, qlayout layout, const reference *ref, int grid_cap) {
+                     int mode, qlayout layout, const reference *ref, int grid_cap, int variant) {
     char what[160];
-    snprintf(what, sizeof what, "%s %lldx%lld %s pow2=%d %s", bfp8_dtype_name(dtype), (long long)rows,
-             (long long)cols, mode_names[mode], pow2, qlayout_name(layout));
+    snprintf(what, sizeof what, "%s %lldx%lld %s pow2=%d %s variant %d", bfp8_dtype_name(dtype),
+             (long long)rows, (long long)cols, mode_names[mode], pow2, qlayout_name(layout), variant);
     ximage xi;
     ximage_init(&xi, dense, dtype, rows, cols, layout);
     const bool block = mode == MODE_BLOCK || mode == MODE_BLOCK_T;
@@ -267,9 +275,11 @@ static void run_case(const void *dense, bfp8_dtype dtype, int64_t rows, int64_t 
     emu::faults = 0;
     const int grid = (int)std::min<int64_t>(a.num_tiles, grid_cap);
     if (dtype == BFP8_BF16)
-        aligned ? emulate_mode<uint16_t, true>(mode, a, grid) : emulate_mode<uint16_t, false>(mode, a, grid);
+        aligned ? emulate_mode<uint16_t, true>(mode, a, grid, variant)
+                : emulate_mode<uint16_t, false>(mode, a, grid, variant);
     else
-        aligned ? emulate_mode<float, true>(mode, a, grid) : emulate_mode<float, false>(mode, a, grid);
+        aligned ? emulate_mode<float, true>(mode, a, grid, variant)
+                : emulate_mode<float, false>(mode, a, grid, variant);
     CHECK(emu::faults == 0, "%s: %ld bad cp.async sources, copies never waited for or uneven barriers",
           what, emu::faults);
 
@@ -314,10 +324,11 @@ int main(void) {
             const int pow2 = n % 3 == 1;
             reference ref;
             make_reference(cpu, &x, pow2, &ref);
-            for (int mode = 0; mode < MODE_COUNT; ++mode)
-                for (int layout = 0; layout < QLAYOUT_COUNT; ++layout)
-                    run_case(dense, dtype, rows, cols, pow2, mode, (qlayout)layout, &ref,
-                             1 + (mode + layout + n) % 3);
+            for (int variant = 0; variant < kVariants; ++variant)
+                for (int mode = 0; mode < MODE_COUNT; ++mode)
+                    for (int layout = 0; layout < QLAYOUT_COUNT; ++layout)
+                        run_case(dense, dtype, rows, cols, pow2, mode, (qlayout)layout, &ref,
+                                 1 + (mode + layout + n + variant) % 3, variant);
             free_reference(&ref);
             free(dense);
             ++n;
