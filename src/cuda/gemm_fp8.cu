@@ -6,7 +6,9 @@
  *   bfp8_cuda_gemm_1d1d: D[N, K] = C + A[N, M] . B[K, M]^T, both 1x128
  *
  * Environment (for benchmarking and debugging):
- *   BFP8_GEMM_CONFIG="bn=192,cm=2,cn=1"  force a configuration (cluster of cm x cn tiles)
+ *   BFP8_GEMM_CONFIG="bm=128,bn=192,cm=2,cn=1"  force a configuration: tile bm x bn (bm 128
+ *                                         unless given), cluster of cm x cn tiles; "pipe=1"
+ *                                         with bn=128: two accumulators
  *   BFP8_GEMM_TRACE=1                     print the configuration of each call
  */
 #include <cudaTypedefs.h>
@@ -84,7 +86,8 @@ bfp8_status check_tma_operand(const bfp8_qmatrix *q, const char *what) {
 /* Configurations                                                            */
 
 struct Config {
-    int bn;
+    int bm, bn;
+    int pipelined; /* two accumulators: wgmma of k-block kb+1 runs while kb is promoted */
     int cm, cn; /* cluster of cm x cn tiles: A shared by cn CTAs, B by cm CTAs */
 };
 
@@ -93,31 +96,37 @@ const char *env_or_null(const char *name) {
     return v && *v ? v : nullptr;
 }
 
-/* Relative speed of each configuration on large, aligned shapes (measured on
- * an H200, bench/results/). */
-const Config CANDIDATES[] = {{128, 1, 1}, {128, 2, 1}, {128, 1, 2}, {128, 2, 2},
-                             {192, 1, 1}, {192, 2, 1}, {192, 1, 2}, {192, 2, 2}};
-const double CANDIDATE_SPEED[] = {1.00, 1.04, 1.04, 1.06, 1.05, 1.09, 1.07, 1.10};
+/* Relative speed of each configuration on large, aligned shapes, 1D2D and
+ * 1D1D (H200, test_gemm_gpu --time, bench/results/2026-11-30_gemm_configs.txt):
+ * clusters and the two-accumulator pipeline measured slower than plain tiles;
+ * for 1D1D (two multiplies per promoted element) the wider tiles pay. */
+const Config CANDIDATES[] = {{128, 128, 0, 1, 1}, {128, 128, 0, 2, 1}, {128, 128, 0, 1, 2},
+                             {128, 192, 0, 1, 1}, {128, 192, 0, 2, 1}, {128, 192, 0, 1, 2},
+                             {192, 128, 0, 1, 1}, {128, 128, 1, 1, 1}};
+const double CANDIDATE_SPEED[2][8] = {{1.00, 0.85, 0.85, 0.96, 0.88, 0.88, 0.99, 0.90},
+                                      {1.00, 0.95, 0.93, 1.09, 1.02, 1.02, 1.10, 1.03}};
 constexpr int NUM_CANDIDATES = (int)(sizeof CANDIDATES / sizeof CANDIDATES[0]);
+static_assert(sizeof CANDIDATE_SPEED[0] / sizeof CANDIDATE_SPEED[0][0] == NUM_CANDIDATES, "one speed per candidate");
 
-template <int BN, bool B_1X128> constexpr int stages_for() {
+template <int BM, int BN, bool B_1X128> constexpr int stages_for() {
     constexpr int limit = 227 * 1024;
-    constexpr int per_stage = bfp8_gemm::SharedLayout<BN, B_1X128, 1>::STAGE_BYTES;
+    constexpr int per_stage = bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1>::STAGE_BYTES;
     constexpr int fixed = 1024 + 64;
     constexpr int fit = (limit - fixed) / (per_stage + 16);
     return fit > 8 ? 8 : fit;
 }
 
-template <int BN, int CM, int CN, bool B_1X128> struct Kernel {
-    static constexpr int STAGES = stages_for<BN, B_1X128>();
+template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false> struct Kernel {
+    static constexpr int STAGES = stages_for<BM, BN, B_1X128>();
     static constexpr int CLUSTER = CM * CN;
-    using Layout = bfp8_gemm::SharedLayout<BN, B_1X128, STAGES>;
-    static constexpr auto function = bfp8_gemm::gemm_fp8_blockwise_kernel<BN, CM, CN, B_1X128, STAGES>;
+    using Layout = bfp8_gemm::SharedLayout<BM, BN, B_1X128, STAGES>;
+    static constexpr auto function =
+        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED>;
 
     static cudaLaunchConfig_t launch_config(const bfp8_context *ctx, cudaLaunchAttribute *attr, unsigned ctas) {
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(ctas, 1, 1);
-        cfg.blockDim = dim3(bfp8_gemm::NUM_THREADS, 1, 1);
+        cfg.blockDim = dim3(bfp8_gemm::Warps<BM>::NUM_THREADS, 1, 1);
         cfg.dynamicSmemBytes = Layout::TOTAL;
         cfg.stream = bfp8_stream_of(ctx);
         attr->id = cudaLaunchAttributeClusterDimension;
@@ -149,10 +158,12 @@ template <int BN, int CM, int CN, bool B_1X128> struct Kernel {
 };
 
 template <bool B_1X128> int max_active_clusters(const Config &c, const bfp8_context *ctx) {
-#define BFP8_CASE(BN_, CM_, CN_) \
-    if (c.bn == BN_ && c.cm == CM_ && c.cn == CN_) return Kernel<BN_, CM_, CN_, B_1X128>::max_active_clusters(ctx);
-    BFP8_CASE(128, 1, 1) BFP8_CASE(128, 2, 1) BFP8_CASE(128, 1, 2) BFP8_CASE(128, 2, 2)
-    BFP8_CASE(192, 1, 1) BFP8_CASE(192, 2, 1) BFP8_CASE(192, 1, 2) BFP8_CASE(192, 2, 2)
+#define BFP8_CASE(BM_, BN_, PIPE_, CM_, CN_)                                                       \
+    if (c.bm == BM_ && c.bn == BN_ && c.pipelined == PIPE_ && c.cm == CM_ && c.cn == CN_) \
+        return Kernel<BM_, BN_, CM_, CN_, B_1X128, PIPE_>::max_active_clusters(ctx);
+    BFP8_CASE(128, 128, 0, 1, 1) BFP8_CASE(128, 128, 0, 2, 1) BFP8_CASE(128, 128, 0, 1, 2)
+    BFP8_CASE(128, 192, 0, 1, 1) BFP8_CASE(128, 192, 0, 2, 1) BFP8_CASE(128, 192, 0, 1, 2)
+    BFP8_CASE(192, 128, 0, 1, 1) BFP8_CASE(128, 128, 1, 1, 1)
 #undef BFP8_CASE
     return 0;
 }
@@ -166,38 +177,45 @@ template <bool B_1X128> Config choose_config(int m, int n, const bfp8_context *c
         const Config c = CANDIDATES[i];
         const int slots = max_active_clusters<B_1X128>(c, ctx);
         if (slots < 1) continue;
-        const int64_t cluster_tiles = bfp8_ceil_div(bfp8_ceil_div(m, 128), c.cm) * bfp8_ceil_div(bfp8_ceil_div(n, c.bn), c.cn);
+        const int64_t cluster_tiles =
+            bfp8_ceil_div(bfp8_ceil_div(m, c.bm), c.cm) * bfp8_ceil_div(bfp8_ceil_div(n, c.bn), c.cn);
         const int64_t waves = (cluster_tiles + slots - 1) / slots;
-        const double time = (double)waves * c.bn / CANDIDATE_SPEED[i];
+        const double time = (double)waves * c.bm * c.bn / CANDIDATE_SPEED[B_1X128 ? 1 : 0][i];
         if (time < best_time * (1.0 - 1e-9)) {
             best_time = time;
             best = c;
         }
     }
-    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) { /* e.g. "bn=192,cm=2,cn=1" */
+    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) { /* e.g. "bm=128,bn=192,cm=2,cn=1" */
         Config f = best;
-        const char *b = strstr(forced, "bn="), *m_ = strstr(forced, "cm="), *n_ = strstr(forced, "cn=");
-        if (b) f.bn = atoi(b + 3);
+        const char *bm = strstr(forced, "bm="), *bn = strstr(forced, "bn="), *m_ = strstr(forced, "cm="),
+                   *n_ = strstr(forced, "cn="), *pipe = strstr(forced, "pipe=");
+        f.bm = bm ? atoi(bm + 3) : 128;
+        f.pipelined = pipe ? atoi(pipe + 5) : 0;
+        if (bn) f.bn = atoi(bn + 3);
         if (m_) f.cm = atoi(m_ + 3);
         if (n_) f.cn = atoi(n_ + 3);
-        if ((f.bn == 128 || f.bn == 192) && (f.cm == 1 || f.cm == 2) && (f.cn == 1 || f.cn == 2)) best = f;
+        for (int i = 0; i < NUM_CANDIDATES; ++i)
+            if (CANDIDATES[i].bm == f.bm && CANDIDATES[i].bn == f.bn && CANDIDATES[i].pipelined == f.pipelined &&
+                CANDIDATES[i].cm == f.cm && CANDIDATES[i].cn == f.cn)
+                best = f;
     }
     return best;
 }
 
-template <int BN, int CM, int CN, bool B_1X128>
+template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false>
 bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, Params p) {
-    using K = Kernel<BN, CM, CN, B_1X128>;
+    using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED>;
     CUtensorMap tmap_a, tmap_b, tmap_sa, tmap_sb;
-    BFP8_TRY(operand_map(&tmap_a, a, bfp8_gemm::BLOCK_M / CN, "a"));
+    BFP8_TRY(operand_map(&tmap_a, a, BM / CN, "a"));
     BFP8_TRY(operand_map(&tmap_b, b, BN / CM, "b"));
-    BFP8_TRY(scale_map(&tmap_sa, a, bfp8_gemm::BLOCK_M, "a scales"));
+    BFP8_TRY(scale_map(&tmap_sa, a, BM, "a scales"));
     if (B_1X128)
         BFP8_TRY(scale_map(&tmap_sb, b, BN, "b scales"));
     else
         tmap_sb = tmap_sa; /* unused */
 
-    p.num_m_tiles = (int)bfp8_ceil_div(p.m, bfp8_gemm::BLOCK_M);
+    p.num_m_tiles = (int)bfp8_ceil_div(p.m, BM);
     p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
     p.group_m = 16 / CM;
     const int max_clusters = K::max_active_clusters(ctx);
@@ -209,26 +227,31 @@ bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qm
     cudaLaunchConfig_t cfg = K::launch_config(ctx, &attr, (unsigned)(clusters * K::CLUSTER));
 
     if (env_or_null("BFP8_GEMM_TRACE"))
-        fprintf(stderr, "blockfp8 gemm %s: M=%d N=%d K=%d bn=%d cluster=%dx%d stages=%d grid=%u (max clusters %d)\n",
-                B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BN, CM, CN, K::STAGES, cfg.gridDim.x, max_clusters);
+        fprintf(stderr,
+                "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d grid=%u (max clusters %d)\n",
+                B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, cfg.gridDim.x,
+                max_clusters);
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, p));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
-template <int BN, bool B_1X128>
+template <int BM, int BN, bool B_1X128>
 bfp8_status launch_cluster(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const Params &p) {
-    if (c.cm == 1 && c.cn == 1) return launch<BN, 1, 1, B_1X128>(ctx, a, b, p);
-    if (c.cm == 2 && c.cn == 1) return launch<BN, 2, 1, B_1X128>(ctx, a, b, p);
-    if (c.cm == 1 && c.cn == 2) return launch<BN, 1, 2, B_1X128>(ctx, a, b, p);
-    return launch<BN, 2, 2, B_1X128>(ctx, a, b, p);
+    if (c.cm == 2) return launch<BM, BN, 2, 1, B_1X128>(ctx, a, b, p);
+    if (c.cn == 2) return launch<BM, BN, 1, 2, B_1X128>(ctx, a, b, p);
+    return launch<BM, BN, 1, 1, B_1X128>(ctx, a, b, p);
 }
 
 template <bool B_1X128>
 bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p) {
     const Config c = choose_config<B_1X128>(p.m, p.n, ctx);
-    return c.bn == 192 ? launch_cluster<192, B_1X128>(c, ctx, a, b, p) : launch_cluster<128, B_1X128>(c, ctx, a, b, p);
+    /* three math warpgroups leave no registers for the cluster bookkeeping */
+    if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128>(ctx, a, b, p);
+    if (c.pipelined) return launch<128, 128, 1, 1, B_1X128, true>(ctx, a, b, p);
+    if (c.bn == 192) return launch_cluster<128, 192, B_1X128>(c, ctx, a, b, p);
+    return launch_cluster<128, 128, B_1X128>(c, ctx, a, b, p);
 }
 
 Params output_params(const bfp8_matrix *d, const bfp8_matrix *c) {

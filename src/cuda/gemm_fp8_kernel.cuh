@@ -10,12 +10,12 @@
  * (the tensor core accumulates with limited precision; RECIPE.md section 4).
  *
  * Shape of the kernel (persistent, warp-specialized):
- *   - warpgroup 2 is the producer: one thread issues TMA loads of the A tile
- *     (128 x 128 bytes), the B tile (BN x 128) and the scales of the k-block
- *     into a STAGES-deep ring of shared-memory buffers, each guarded by a
- *     "full" and an "empty" mbarrier;
- *   - warpgroups 0 and 1 do the math on 64 rows each: 4 wgmma m64nBNk32 per
- *     k-block into a scratch accumulator, then fin += scale * acc;
+ *   - the last warpgroup is the producer: one thread issues TMA loads of the
+ *     A tile (BM x 128 bytes), the B tile (BN x 128) and the scales of the
+ *     k-block into a STAGES-deep ring of shared-memory buffers, each guarded
+ *     by a "full" and an "empty" mbarrier;
+ *   - BM / 64 math warpgroups (2 or 3) do the math on 64 rows each: 4 wgmma
+ *     m64nBNk32 per k-block into a scratch accumulator, then fin += scale * acc;
  *   - CTAs are grouped in clusters of CM x CN tiles: the CN CTAs of one
  *     m-tile each load 1/CN of the A tile and multicast it to the others, and
  *     the CM CTAs of one n-tile share B the same way, cutting L2 traffic;
@@ -31,24 +31,32 @@
 
 namespace bfp8_gemm {
 
-constexpr int BLOCK_M = 128; /* two math warpgroups of 64 rows */
 constexpr int BLOCK_K = 128; /* one scale block per pipeline stage */
-constexpr int NUM_THREADS = 384;
-constexpr int MATH_WARPS = 8;
-constexpr int PRODUCER_REGS = 56;
-constexpr int MATH_REGS = 224;
-/* setmaxnreg.inc blocks until the registers are free in the CTA's own pool: what
- * the producer gives back must cover what the math warpgroups take, or it hangs. */
-constexpr int LAUNCH_REGS = 65536 / NUM_THREADS / 8 * 8; /* 168 */
-static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (MATH_REGS - LAUNCH_REGS) * 256,
-              "register reallocation must balance");
+
+/* A CTA tile of BM rows: BM / 64 math warpgroups of 64 rows each, plus the
+ * producer warpgroup. Three math warpgroups give the tensor core two other
+ * warpgroups' wgmma to run while one promotes, at the price of registers
+ * (BN = 128 only). */
+template <int BM> struct Warps {
+    static_assert(BM == 128 || BM == 192, "BM is 128 or 192");
+    static constexpr int MATH_WG = BM / 64;
+    static constexpr int MATH_WARPS = 4 * MATH_WG;
+    static constexpr int NUM_THREADS = 128 * (MATH_WG + 1);
+    static constexpr int LAUNCH_REGS = 65536 / NUM_THREADS / 8 * 8; /* 168 or 128 */
+    static constexpr int PRODUCER_REGS = MATH_WG == 2 ? 56 : 32;
+    static constexpr int MATH_REGS = MATH_WG == 2 ? 224 : 160;
+    /* setmaxnreg.inc blocks until the registers are free in the CTA's own pool: what
+     * the producer gives back must cover what the math warpgroups take, or it hangs. */
+    static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (MATH_REGS - LAUNCH_REGS) * 128 * MATH_WG,
+                  "register reallocation must balance");
+};
 
 enum OutputKind { OUTPUT_BF16 = 0, OUTPUT_F32 = 1, OUTPUT_F32_ACCUMULATE = 2 };
 
 struct Params {
     int m, n, k;
     int num_k_blocks;
-    int num_m_tiles, num_n_tiles; /* tiles of BLOCK_M x BN */
+    int num_m_tiles, num_n_tiles; /* tiles of BM x BN */
     int group_m;                  /* raster group height, in cluster rows */
     /* 1D2D: B's 128x128 scales, read with plain loads (one float per k-block). */
     const float *b_block_scales;
@@ -63,10 +71,10 @@ struct Params {
     int paired_stores; /* two adjacent outputs can be stored as one aligned word */
 };
 
-template <int BN, bool B_1X128, int STAGES> struct SharedLayout {
-    static constexpr uint32_t A_BYTES = BLOCK_M * BLOCK_K;
+template <int BM, int BN, bool B_1X128, int STAGES> struct SharedLayout {
+    static constexpr uint32_t A_BYTES = BM * BLOCK_K;
     static constexpr uint32_t B_BYTES = BN * BLOCK_K;
-    static constexpr uint32_t SA_BYTES = BLOCK_M * 4;
+    static constexpr uint32_t SA_BYTES = BM * 4;
     static constexpr uint32_t SB_BYTES = B_1X128 ? BN * 4 : 0;
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
     static constexpr uint32_t OFF_A = 0;
@@ -132,14 +140,16 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
     }
 }
 
-template <int BN, int CM, int CN, bool B_1X128, int STAGES>
-__global__ void __launch_bounds__(NUM_THREADS, 1)
+template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED>
+__global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
                               const __grid_constant__ CUtensorMap tmap_scale_a,
                               const __grid_constant__ CUtensorMap tmap_scale_b, const Params p) {
     using namespace bfp8_sm90;
-    using L = SharedLayout<BN, B_1X128, STAGES>;
+    using L = SharedLayout<BM, BN, B_1X128, STAGES>;
+    using W = Warps<BM>;
+    constexpr int PRODUCER_THREAD = 128 * W::MATH_WG;
     constexpr int ACC = BN / 2; /* accumulator floats per thread: 64 rows x BN over 128 threads */
     static_assert(BN % 64 == 0 && BN <= 256, "BN must be a multiple of 64");
     static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
@@ -162,14 +172,14 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
     for (int i = 0; i < CN; ++i) a_peers |= (uint16_t)(1u << (cm + CM * i));
     for (int i = 0; i < CM; ++i) b_peers |= (uint16_t)(1u << (i + CM * cn));
 
-    if (threadIdx.x == 256) {
+    if (threadIdx.x == PRODUCER_THREAD) {
         tma_prefetch_descriptor(&tmap_a);
         tma_prefetch_descriptor(&tmap_b);
         tma_prefetch_descriptor(&tmap_scale_a);
         if (B_1X128) tma_prefetch_descriptor(&tmap_scale_b);
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], MATH_WARPS * CLUSTER); /* every math warp of the cluster */
+            mbar_init(&empty[s], W::MATH_WARPS * CLUSTER); /* every math warp of the cluster */
         }
         fence_mbar_init();
     }
@@ -181,16 +191,16 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
     const int num_cluster_cols = (p.num_n_tiles + CN - 1) / CN;
     const int num_tiles = num_cluster_rows * num_cluster_cols;
 
-    if (warpgroup == 2) {
+    if (warpgroup == W::MATH_WG) {
         /* ---------------- producer ---------------- */
-        regs_decrease<PRODUCER_REGS>();
-        if (threadIdx.x == 256) {
+        regs_decrease<W::PRODUCER_REGS>();
+        if (threadIdx.x == PRODUCER_THREAD) {
             int stage = 0;
             uint32_t phase = 0;
             for (int t = cluster_id; t < num_tiles; t += num_clusters) {
                 int cluster_row, cluster_col;
                 tile_coordinates(t, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
-                const int m0 = (cluster_row * CM + cm) * BLOCK_M, n0 = (cluster_col * CN + cn) * BN;
+                const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
                 for (int kb = 0; kb < p.num_k_blocks; ++kb) {
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], L::STAGE_BYTES);
@@ -200,7 +210,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
                         tma_load_2d(a_dst, &tmap_a, &full[stage], k0, m0);
                     } else { /* my slice of the A tile, to every CTA of this m-tile */
                         tma_load_2d_multicast(a_dst + cn * (L::A_BYTES / CN), &tmap_a, &full[stage], k0,
-                                              m0 + cn * (BLOCK_M / CN), a_peers);
+                                              m0 + cn * (BM / CN), a_peers);
                     }
                     if constexpr (CM == 1) {
                         tma_load_2d(b_dst, &tmap_b, &full[stage], k0, n0);
@@ -208,7 +218,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
                         tma_load_2d_multicast(b_dst + cm * (L::B_BYTES / CM), &tmap_b, &full[stage], k0,
                                               n0 + cm * (BN / CM), b_peers);
                     }
-                    tma_load_2d(smem_sa + stage * BLOCK_M, &tmap_scale_a, &full[stage], m0, kb);
+                    tma_load_2d(smem_sa + stage * BM, &tmap_scale_a, &full[stage], m0, kb);
                     if (B_1X128) tma_load_2d(smem_sb + stage * BN, &tmap_scale_b, &full[stage], n0, kb);
                     if (++stage == STAGES) {
                         stage = 0;
@@ -219,18 +229,19 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
         }
     } else {
         /* ---------------- math ---------------- */
-        regs_increase<MATH_REGS>();
+        regs_increase<W::MATH_REGS>();
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4; /* and row_in_tile + 8 */
         const int col_in_chunk = 2 * (lane % 4);
         float fin[ACC], acc[ACC];
+        float acc2[ACC]; /* PIPELINED only (else unused, no registers): the next k-block's wgmma */
         int stage = 0;
         uint32_t phase = 0;
 
         for (int t = cluster_id; t < num_tiles; t += num_clusters) {
             int cluster_row, cluster_col;
             tile_coordinates(t, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
-            const int m0 = (cluster_row * CM + cm) * BLOCK_M, n0 = (cluster_col * CN + cn) * BN;
+            const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
             /* 1D2D: the tile's columns meet at most two 128-column scale blocks
              * (a tile past the last column reads the last block and stores nothing) */
             const int nb0 = min(n0 / 128, p.num_b_blocks - 1), nb1 = min(nb0 + 1, p.num_b_blocks - 1);
@@ -246,7 +257,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
             auto issue = [&](int s, uint32_t ph, float(&acc)[ACC], int kb, float &sb0, float &sb1) {
                 if constexpr (!B_1X128) {
                     sb0 = __ldg(b_scales0 + kb);
-                    sb1 = (BN > 128 || split < BN) ? __ldg(b_scales1 + kb) : sb0;
+                    sb1 = BN > 128 ? __ldg(b_scales1 + kb) : sb0;
                 }
                 mbar_wait(&full[s], ph);
                 const uint64_t desc_a = wgmma_desc_k_major_sw128(smem_a + s * L::A_BYTES + warpgroup * 64 * BLOCK_K);
@@ -263,11 +274,14 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
                 wgmma_commit();
             };
 
-            /* fin += scales * acc for the k-block kb held in stage s, then free the stage. */
-            auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1) {
+            /* fin += scales * acc for the k-block kb held in stage s, then free the stage.
+             * SPLIT: 1D2D columns from SPLIT on use B's second scale block; it is
+             * a literal at each inlined call, so every FFMA reads one of four
+             * registers with no select. */
+            auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1, const int SPLIT) {
                 fence_accumulators(acc);
-                const float sa0 = smem_sa[s * BLOCK_M + row_in_tile];
-                const float sa1 = smem_sa[s * BLOCK_M + row_in_tile + 8];
+                const float sa0 = smem_sa[s * BM + row_in_tile];
+                const float sa1 = smem_sa[s * BM + row_in_tile + 8];
                 if constexpr (B_1X128) {
                     const float *sb = smem_sb + s * BN + col_in_chunk;
 #pragma unroll
@@ -282,7 +296,7 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
                     const float s00 = sa0 * sb0, s10 = sa1 * sb0, s01 = sa0 * sb1, s11 = sa1 * sb1;
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
-                        const bool second = 8 * j >= split;
+                        const bool second = 8 * j >= SPLIT;
                         const float s0 = second ? s01 : s00, s1 = second ? s11 : s10;
                         fin[4 * j + 0] += s0 * acc[4 * j + 0];
                         fin[4 * j + 1] += s0 * acc[4 * j + 1];
@@ -309,13 +323,62 @@ __global__ void __launch_bounds__(NUM_THREADS, 1)
                 }
             };
 
-            for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-                const int s = stage;
-                float sb0 = 0.0f, sb1 = 0.0f;
-                issue(s, phase, acc, kb, sb0, sb1);
+            auto mainloop = [&](const int split_tag) {
+                for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+                    const int s = stage;
+                    float sb0 = 0.0f, sb1 = 0.0f;
+                    issue(s, phase, acc, kb, sb0, sb1);
+                    next_stage(stage, phase);
+                    wgmma_wait<0>();
+                    promote(s, acc, sb0, sb1, split_tag);
+                }
+            };
+            /* PIPELINED: k-block kb+1's wgmma is in flight (into the other
+             * accumulator) while kb is promoted, so each warpgroup keeps the
+             * tensor core busy by itself. Costs ACC more registers (BN=128 only). */
+            auto mainloop_pipelined = [&]() {
+                const int nk = p.num_k_blocks;
+                int s0 = stage, s1 = 0;
+                float sb00 = 0.0f, sb01 = 0.0f, sb10 = 0.0f, sb11 = 0.0f;
+                /* one group (acc) in flight at the top of every iteration */
+                issue(stage, phase, acc, 0, sb00, sb01);
                 next_stage(stage, phase);
-                wgmma_wait<0>();
-                promote(s, acc, sb0, sb1);
+                int kb = 0;
+                for (; kb + 2 < nk; kb += 2) {
+                    s1 = stage;
+                    issue(stage, phase, acc2, kb + 1, sb10, sb11);
+                    next_stage(stage, phase);
+                    wgmma_wait<1>();
+                    promote(s0, acc, sb00, sb01, BN);
+                    s0 = stage;
+                    issue(stage, phase, acc, kb + 2, sb00, sb01);
+                    next_stage(stage, phase);
+                    wgmma_wait<1>();
+                    promote(s1, acc2, sb10, sb11, BN);
+                }
+                if (kb + 1 < nk) { /* two k-blocks left */
+                    s1 = stage;
+                    issue(stage, phase, acc2, kb + 1, sb10, sb11);
+                    next_stage(stage, phase);
+                    wgmma_wait<1>();
+                    promote(s0, acc, sb00, sb01, BN);
+                    wgmma_wait<0>();
+                    promote(s1, acc2, sb10, sb11, BN);
+                } else {
+                    wgmma_wait<0>();
+                    promote(s0, acc, sb00, sb01, BN);
+                }
+            };
+            /* A BN=128 tile lies inside one 128-column block of B; a BN=192 tile
+             * starts at column 0 or 64 of a block and so splits at 128 or 64. */
+            if constexpr (PIPELINED) {
+                static_assert(BN == 128, "two accumulators fit in registers only for BN=128");
+                mainloop_pipelined();
+            } else if constexpr (B_1X128 || BN <= 128) {
+                mainloop(BN);
+            } else {
+                if (split == 128) mainloop(128);
+                else mainloop(64);
             }
 
             const int row = m0 + row_in_tile;

@@ -35,12 +35,15 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t by
 }
 
 /* Arrive on the barrier at the same shared-memory offset in cluster CTA `cta`
- * (the local CTA included). */
+ * (the local CTA included). Default (.release.cta) semantics on purpose: the
+ * only thing ordered by this arrive is that this warp's reads of a pipeline
+ * stage are finished, and .release.cluster compiles to MEMBAR.ALL.GPU, which
+ * made every 2-CTA cluster run at half speed (H200, 2026-11-30). */
 __device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t cta) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
         "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
         "r"(cta)
         : "memory");
 }

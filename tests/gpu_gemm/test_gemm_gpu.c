@@ -228,9 +228,9 @@ static bfp8_qmatrix random_device_operand(int64_t rows, int64_t cols, bfp8_granu
 }
 
 /* Every kernel configuration (src/cuda/gemm_fp8.cu), and "" for the heuristic's choice. */
-static const char *configs[] = {"bn=128,cm=1,cn=1", "bn=128,cm=2,cn=1", "bn=128,cm=1,cn=2", "bn=128,cm=2,cn=2",
-                                "bn=192,cm=1,cn=1", "bn=192,cm=2,cn=1", "bn=192,cm=1,cn=2", "bn=192,cm=2,cn=2",
-                                ""};
+static const char *configs[] = {"bn=128,cm=1,cn=1",        "bn=128,cm=2,cn=1",        "bn=128,cm=1,cn=2",
+                                "bn=192,cm=1,cn=1",        "bn=192,cm=2,cn=1",        "bn=192,cm=1,cn=2",
+                                "bm=192,bn=128,cm=1,cn=1", "bn=128,pipe=1,cm=1,cn=1", ""};
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 
 static void time_configs(void) {
