@@ -3,7 +3,7 @@
  * bandwidth measured in the same run (issue #3, docs/TARGETS.md).
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
- *                  [--variant 0|1|both]
+ *                  [--variant 0|1|2|both|all]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -20,9 +20,10 @@
  * so the large shapes that the tests do not cover are checked too.
  *
  * --variant: the quantize kernel variant(s) to run (src/cuda/quantize_common.cuh,
- * kernel_shape: 0 the first version, 1 the current default). "both" (the
- * default) times and checks every kernel under each, one after the other,
- * rows labelled "v0" / "v1", and ends with a table of v1 against v0.
+ * kernel_shape: 0 the first version, 1 the current default, 2 the whole-tile
+ * path). "all" (the default) times and checks every kernel under each
+ * variant, one after the other, rows labelled "v0" / "v1" / "v2", and ends
+ * with a table of the variants side by side; "both" is variants 0 and 1.
  *
  * --profile: no timing and no checks, one launch of each kernel (plus one
  * copy), for `ncu --launch-count` / nsys.
@@ -60,6 +61,7 @@ static result results[128];
  * selects the kernel variant of later CUDA quantize calls, returns the
  * previous one or -1 when v is not a variant. */
 extern int bfp8_cuda_quantize_set_variant(int v);
+enum { kBenchVariants = 3 }; /* kVariants of src/cuda/quantize_common.cuh */
 static int n_results = 0;
 
 static bfp8_context *gpu, *cpu;
@@ -299,12 +301,12 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]"
-            " [--variant 0|1|both]\n", prog);
+            " [--variant 0|1|2|both|all]\n", prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1, v_first = 0, v_last = 1;
+    int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1, v_first = 0, v_last = kBenchVariants - 1;
     const char *json = NULL;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -316,7 +318,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--no-check") == 0) check = 0;
         else if (strcmp(a, "--variant") == 0 && v) {
             if (strcmp(v, "both") == 0) { v_first = 0; v_last = 1; }
-            else if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0) v_first = v_last = atoi(v);
+            else if (strcmp(v, "all") == 0) { v_first = 0; v_last = kBenchVariants - 1; }
+            else if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0 || strcmp(v, "2") == 0) v_first = v_last = atoi(v);
             else usage(argv[0]);
             ++i;
         }
@@ -420,18 +423,33 @@ int main(int argc, char **argv) {
                r->check_errors < 0 ? "-" : r->check_errors == 0 ? "ok" : "FAILED");
     }
 
-    if (v_first == 0 && v_last == 1) {
-        printf("\n==== Variant 1 against variant 0 (same run; speedup = v0 median / v1 median) ====\n");
-        printf("%-14s %-4s %-13s %9s %9s %7s %7s %7s\n", "kernel", "in", "shape", "v0", "v1", "v0 %", "v1 %",
-               "speedup");
-        for (int i = 0; i + 1 < n_results; i += 2) {
-            const result *r0 = &results[i], *r1 = &results[i + 1];
+    const int nv = v_last - v_first + 1;
+    if (nv > 1) {
+        printf("\n==== Variants side by side (same run; speedup = v%d median / vN median; best = fastest median) ====\n",
+               v_first);
+        printf("%-14s %-4s %-13s", "kernel", "in", "shape");
+        for (int v = v_first; v <= v_last; ++v) printf("  %7s%d", "v", v);
+        for (int v = v_first; v <= v_last; ++v) printf("  %4s%d %%", "v", v);
+        for (int v = v_first + 1; v <= v_last; ++v) printf("  v%d/v%d", v_first, v);
+        printf("  best\n");
+        for (int i = 0; i + nv <= n_results; i += nv) {
+            const result *r0 = &results[i];
             char shape[32], name[32];
             snprintf(shape, sizeof shape, "%lldx%lld", (long long)r0->rows, (long long)r0->cols);
             snprintf(name, sizeof name, "%.*s", (int)(strlen(r0->kernel) - 3), r0->kernel);
-            printf("%-14s %-4s %-13s %7.1fus %7.1fus %6.1f%% %6.1f%% %7.3f\n", name, bfp8_dtype_name(r0->dtype),
-                   shape, r0->t.median_ms * 1e3, r1->t.median_ms * 1e3, r0->pct_copy, r1->pct_copy,
-                   r1->t.ok && r0->t.ok ? r0->t.median_ms / r1->t.median_ms : 0.0);
+            printf("%-14s %-4s %-13s", name, bfp8_dtype_name(r0->dtype), shape);
+            int best = 0;
+            for (int k = 0; k < nv; ++k) {
+                const result *r = &results[i + k];
+                printf(" %7.1fus", r->t.median_ms * 1e3);
+                if (r->t.ok && r->t.median_ms < results[i + best].t.median_ms) best = k;
+            }
+            for (int k = 0; k < nv; ++k) printf(" %6.1f%%", results[i + k].pct_copy);
+            for (int k = 1; k < nv; ++k) {
+                const result *r = &results[i + k];
+                printf(" %6.3f", r->t.ok && r0->t.ok ? r0->t.median_ms / r->t.median_ms : 0.0);
+            }
+            printf("  v%d\n", v_first + best);
         }
     }
 

@@ -246,6 +246,43 @@ __device__ __forceinline__ tile_pos tile_at(const tile_args &a, int64_t tile) {
     return p;
 }
 
+/* Variant 2: a CTA's walk over tiles tile, tile + step, ... kept as (tile
+ * row, tile column) and advanced by the precomputed quotient and remainder
+ * of step / col_tiles, instead of a 64-bit division per tile and thread. */
+struct tile_cursor {
+    int64_t tile, tr, tc;
+};
+
+__device__ __forceinline__ tile_cursor cursor_at(const tile_args &a, int64_t tile) {
+    tile_cursor c;
+    c.tile = tile;
+    c.tr = tile / a.col_tiles;
+    c.tc = tile - c.tr * a.col_tiles;
+    return c;
+}
+
+__device__ __forceinline__ void cursor_advance(const tile_args &a, tile_cursor &c, int64_t step,
+                                               int64_t step_tr, int64_t step_tc) {
+    c.tile += step;
+    c.tr += step_tr;
+    c.tc += step_tc; /* both < col_tiles: one wrap at most */
+    if (c.tc >= a.col_tiles) {
+        c.tc -= a.col_tiles;
+        ++c.tr;
+    }
+}
+
+__device__ __forceinline__ tile_pos tile_of(const tile_args &a, const tile_cursor &c) {
+    tile_pos p;
+    p.tr = c.tr;
+    p.tc = c.tc;
+    p.r0 = p.tr * kTile;
+    p.c0 = p.tc * kTile;
+    p.nr = (int)min((int64_t)kTile, a.rows - p.r0);
+    p.nc = (int)min((int64_t)kTile, a.cols - p.c0);
+    return p;
+}
+
 /* n (0..16/sizeof(In)) leading elements of a chunk, the rest zero, stored as one 16-byte word. */
 template <typename In>
 __device__ __forceinline__ void stage_chunk_scalar(uint8_t *dst, const In *src, int n) {
@@ -267,14 +304,24 @@ __device__ __forceinline__ void stage_chunk_scalar(uint8_t *dst, const In *src, 
 /* Start loading tile `tile` into a stage (nothing when it is past the end).
  * Whole 16-byte chunks go through cp.async; partial ones, and every chunk
  * of the general path, are loaded here and stored with zero fill. */
-template <typename In, bool kAligned>
-__device__ __forceinline__ void stage_tile(const tile_args &a, int64_t tile, uint8_t *stage) {
-    if (tile >= a.num_tiles) return;
+template <typename In, bool kAligned, bool kFullPath = false>
+__device__ __forceinline__ void stage_tile_pos(const tile_args &a, const tile_pos &p, uint8_t *stage) {
     constexpr int kElems = 16 / (int)sizeof(In);
     constexpr int kChunksPerRow = kTile / kElems;
     constexpr int kRowBytes = kTile * (int)sizeof(In);
-    const tile_pos p = tile_at(a, tile);
     const In *base = static_cast<const In *>(a.x) + p.r0 * a.x_ld + p.c0;
+    if (kAligned && kFullPath && p.nr == kTile && p.nc == kTile) {
+        /* variant 2, a whole tile: every chunk is one cp.async, no bounds
+         * checks; a thread's chunks sit kThreads / kChunksPerRow rows apart */
+        constexpr int kRowStep = kThreads / kChunksPerRow;
+        const int lr = (int)threadIdx.x / kChunksPerRow, q = (int)threadIdx.x % kChunksPerRow;
+        const In *src = base + (int64_t)lr * a.x_ld + q * kElems;
+        uint8_t *dst = stage + lr * kRowBytes + staged_chunk<In>(q) * 16;
+        const int64_t src_step = (int64_t)kRowStep * a.x_ld;
+#pragma unroll
+        for (int s = 0; s < kTile / kRowStep; ++s) cp_async_16(dst + s * kRowStep * kRowBytes, src + s * src_step);
+        return;
+    }
 #pragma unroll 4
     for (int s = 0; s < kTile * kChunksPerRow / kThreads; ++s) {
         const int id = (int)threadIdx.x + s * kThreads;
@@ -287,6 +334,12 @@ __device__ __forceinline__ void stage_tile(const tile_args &a, int64_t tile, uin
         else
             stage_chunk_scalar<In>(dst, src, n);
     }
+}
+
+template <typename In, bool kAligned, bool kFullPath = false>
+__device__ __forceinline__ void stage_tile(const tile_args &a, int64_t tile, uint8_t *stage) {
+    if (tile >= a.num_tiles) return;
+    stage_tile_pos<In, kAligned, kFullPath>(a, tile_at(a, tile), stage);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -366,7 +419,7 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
 /* The kernel                                                                */
 
 /*
- * Kernel variants (both bit-exact; bench_quantize times them side by side,
+ * Kernel variants (all bit-exact; bench_quantize times them side by side,
  * bfp8_cuda_quantize_set_variant picks one):
  *   0  the first version: 2 stages for bf16; the 128x128 multiplier made by
  *      thread 0 between two barriers; W^T codes quantized a second time.
@@ -376,16 +429,200 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
  *      section, one barrier fewer per tile) and the W^T codes are the W
  *      codes transposed in registers (PRMT) instead of 64 more FMUL and 32
  *      more cvt per thread.
+ *   2  variant 1's 128x128 changes with variant 0's 2 bf16 stages (faster
+ *      than 3 for every bf16 1x128 mode on the H200), plus a whole-tile
+ *      path: an aligned tile with 128 valid rows and columns (every tile but
+ *      the ragged last row and column of tiles) is staged, quantized and
+ *      stored by a copy of the tile code compiled for exactly 128 x 128,
+ *      without a bounds check or a byte-wise fallback per store (in SASS:
+ *      most ISETP, BRA/BSSY/BSYNC, and the 64-bit address IMADs of the
+ *      per-chunk and per-row index math go away).
  */
-constexpr int kVariants = 2;
+constexpr int kVariants = 3;
 constexpr int kDefaultVariant = 1;
 
 template <typename In, int kV = kDefaultVariant> struct kernel_shape {
-    static constexpr int kStages = sizeof(In) == 2 ? (kV >= 1 ? 3 : 2) : 3;
+    static constexpr int kStages = sizeof(In) == 2 ? (kV == 1 ? 3 : 2) : 3;
     static constexpr int kMinBlocks = sizeof(In) == 2 ? 2 : 1;
     static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
     static constexpr int kSmemBytes = kStages * kStageBytes + kScratchBytes + kMultBytes;
 };
+
+/*
+ * One tile, from its stage in shared memory to every output (phases A-C of
+ * the header comment). kFull: the tile has 128 valid rows and columns and
+ * kAligned holds (variant 2's whole-tile path): the bounds become constants
+ * and every ragged branch folds away.
+ */
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV, bool kFull>
+__device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, const uint8_t *staged,
+                                              uint8_t *scratch) {
+    /* variant >= 1, 128x128: the 8 warp maxima, outside the scratch that the
+     * transposed codes overwrite while slower warps may still read them */
+    constexpr bool kFastBlock = kBlock && kV >= 1;
+    uint32_t *const row_part = reinterpret_cast<uint32_t *>(scratch);
+    uint32_t *const col_part = row_part + 16 * kTile;
+    uint8_t *const transposed = scratch;
+    float *const row_mult = reinterpret_cast<float *>(scratch + kScratchBytes);
+    float *const col_mult = row_mult + kTile;
+    const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15;
+    if (kFull) {
+        p.nr = kTile;
+        p.nc = kTile;
+    }
+
+    /* A: the block into registers, partial maxima out */
+    block8x8<In> x;
+    x.load(staged, rb, cc);
+    if (kBlock) {
+        const uint32_t m = __reduce_max_sync(0xffffffffu, x.amax_all());
+        if ((tid & 31) == 0) (kFastBlock ? reinterpret_cast<uint32_t *>(row_mult) : row_part)[tid >> 5] = m;
+    } else {
+        uint32_t rmax[8], cmax[8];
+        x.amax(rmax, cmax);
+        if (kQ) {
+            uint32_t *d0 = row_part + row_part_index(cc, rb * 8);
+            uint32_t *d1 = row_part + row_part_index(cc, rb * 8 + 4);
+            *reinterpret_cast<uint4 *>(d0) = make_uint4(rmax[0], rmax[1], rmax[2], rmax[3]);
+            *reinterpret_cast<uint4 *>(d1) = make_uint4(rmax[4], rmax[5], rmax[6], rmax[7]);
+        }
+        if (kT) {
+            uint32_t *d0 = col_part + col_part_index(rb, cc * 8);
+            uint32_t *d1 = col_part + col_part_index(rb, cc * 8 + 4);
+            *reinterpret_cast<uint4 *>(d0) = make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
+            *reinterpret_cast<uint4 *>(d1) = make_uint4(cmax[4], cmax[5], cmax[6], cmax[7]);
+        }
+    }
+    __syncthreads();
+
+    /* B: multipliers and scales */
+    int nonfinite = 0;
+    float block_mult = 0.0f;
+    if (kFastBlock) { /* every thread, from the same 8 words: the same multiplier */
+        const uint4 m0 = *reinterpret_cast<const uint4 *>(row_mult);
+        const uint4 m1 = *reinterpret_cast<const uint4 *>(row_mult + 4);
+        const uint32_t m = max(max(max(m0.x, m0.y), max(m0.z, m0.w)), max(max(m1.x, m1.y), max(m1.z, m1.w)));
+        float scale;
+        nonfinite = group_multiplier(m, a.pow2, block_mult, scale);
+        if (tid == 0) {
+            a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
+            if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
+        } else {
+            nonfinite = 0;
+        }
+    } else if (kBlock) {
+        if (tid == 0) {
+            uint32_t m = 0;
+#pragma unroll
+            for (int w = 0; w < kThreads / 32; ++w) m = max(m, row_part[w]);
+            float mult, scale;
+            nonfinite = group_multiplier(m, a.pow2, mult, scale);
+            row_mult[0] = mult;
+            a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
+            if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
+        }
+    } else {
+        if (kQ && tid < kTile) {
+            const int r = tid;
+            uint32_t m = 0;
+#pragma unroll
+            for (int k = 0; k < 16; ++k) m = max(m, row_part[row_part_index(k, r)]);
+            float mult, scale;
+            nonfinite = group_multiplier(m, a.pow2, mult, scale);
+            row_mult[r] = mult;
+            if (r < p.nr) a.q_scales[p.tc * a.q_scale_ld + p.r0 + r] = scale;
+        }
+        const int ct = kQ ? tid - kTile : tid;
+        if (kT && ct >= 0 && ct < kTile) {
+            const int c = ct;
+            uint32_t m = 0;
+#pragma unroll
+            for (int k = 0; k < 16; ++k) m = max(m, col_part[col_part_index(k, c)]);
+            float mult, scale;
+            nonfinite = group_multiplier(m, a.pow2, mult, scale);
+            col_mult[c] = mult;
+            if (c < p.nc) a.t_scales[p.tr * a.t_scale_ld + p.c0 + c] = scale;
+        }
+    }
+    /* Groups that lie wholly outside x are all zero, never non-finite. */
+    if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
+    if (!kFastBlock) __syncthreads();
+
+    /* C: codes */
+    float rm[8], cm[8];
+    if (kFastBlock) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) rm[i] = cm[i] = block_mult;
+    } else if (kBlock) {
+        const float m = row_mult[0];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) rm[i] = cm[i] = m;
+    } else {
+        if (kQ) {
+            const float4 r0 = *reinterpret_cast<const float4 *>(row_mult + rb * 8);
+            const float4 r1 = *reinterpret_cast<const float4 *>(row_mult + rb * 8 + 4);
+            rm[0] = r0.x; rm[1] = r0.y; rm[2] = r0.z; rm[3] = r0.w;
+            rm[4] = r1.x; rm[5] = r1.y; rm[6] = r1.z; rm[7] = r1.w;
+        }
+        if (kT) {
+            const float4 c0 = *reinterpret_cast<const float4 *>(col_mult + cc * 8);
+            const float4 c1 = *reinterpret_cast<const float4 *>(col_mult + cc * 8 + 4);
+            cm[0] = c0.x; cm[1] = c0.y; cm[2] = c0.z; cm[3] = c0.w;
+            cm[4] = c1.x; cm[5] = c1.y; cm[6] = c1.z; cm[7] = c1.w;
+        }
+    }
+    uint32_t tcode[8][2]; /* column j of the block: rows 0..3, rows 4..7 */
+    uint32_t rcode[8][2]; /* row i of the block: columns 0..3, columns 4..7 */
+#pragma unroll
+    for (int k = 0; k < 4; ++k) { /* rows 2k, 2k+1 */
+        if (kQ) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int i = 2 * k + h;
+                const float m = rm[i];
+                const uint32_t lo = pack16x2(e4m3x2(__fmul_rn(x.at(i, 0), m), __fmul_rn(x.at(i, 1), m)),
+                                             e4m3x2(__fmul_rn(x.at(i, 2), m), __fmul_rn(x.at(i, 3), m)));
+                const uint32_t hi = pack16x2(e4m3x2(__fmul_rn(x.at(i, 4), m), __fmul_rn(x.at(i, 5), m)),
+                                             e4m3x2(__fmul_rn(x.at(i, 6), m), __fmul_rn(x.at(i, 7), m)));
+                store_row_codes<kAligned>(a, p, rb * 8 + i, cc, lo, hi);
+                rcode[i][0] = lo;
+                rcode[i][1] = hi;
+            }
+        }
+        if (kT && !kFastBlock) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const uint32_t h = e4m3x2(__fmul_rn(x.at(2 * k, j), cm[j]),
+                                          __fmul_rn(x.at(2 * k + 1, j), cm[j]));
+                if (k % 2 == 0)
+                    tcode[j][k / 2] = h;
+                else
+                    tcode[j][k / 2] |= h << 16;
+            }
+        }
+    }
+    if (kT && kFastBlock) { /* one multiplier: the column codes are the row codes */
+#pragma unroll
+        for (int h = 0; h < 2; ++h)     /* rows 4h..4h+3 */
+#pragma unroll
+            for (int g = 0; g < 2; ++g) { /* columns 4g..4g+3 */
+                uint32_t w[4] = {rcode[4 * h][g], rcode[4 * h + 1][g], rcode[4 * h + 2][g], rcode[4 * h + 3][g]};
+                transpose4x4_bytes(w);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) tcode[4 * g + j][h] = w[j];
+            }
+    }
+    if (kT) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int c = cc * 8 + j;
+            *reinterpret_cast<uint2 *>(transposed + c * kTile + transposed_unit(c, rb) * 8) =
+                make_uint2(tcode[j][0], tcode[j][1]);
+        }
+        __syncthreads();
+        store_transposed<kAligned>(a, p, transposed);
+    }
+}
 
 /*
  * kBlock: one 128x128 group per tile (else 1x128 groups).
@@ -395,190 +632,53 @@ template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
 __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
     quantize_tiles_kernel(const __grid_constant__ tile_args a) {
     using shape = kernel_shape<In, kV>;
-    /* variant 1, 128x128: the 8 warp maxima, outside the scratch that the
-     * transposed codes overwrite while slower warps may still read them */
-    constexpr bool kFastBlock = kBlock && kV >= 1;
     constexpr int kStages = shape::kStages;
+    constexpr bool kFullPath = kAligned && kV >= 2;
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *const scratch = smem + kStages * shape::kStageBytes;
-    uint32_t *const row_part = reinterpret_cast<uint32_t *>(scratch);
-    uint32_t *const col_part = row_part + 16 * kTile;
-    uint8_t *const transposed = scratch;
-    float *const row_mult = reinterpret_cast<float *>(scratch + kScratchBytes);
-    float *const col_mult = row_mult + kTile;
-
-    const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15;
     const int64_t step = gridDim.x;
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        stage_tile<In, kAligned>(a, (int64_t)blockIdx.x + s * step, smem + s * shape::kStageBytes);
+        stage_tile<In, kAligned, kFullPath>(a, (int64_t)blockIdx.x + s * step, smem + s * shape::kStageBytes);
         cp_async_commit();
     }
 
     int stage = 0;
+    /* variant 2: this tile and the one to prefetch, without a division each */
+    const int64_t step_tr = kV >= 2 ? step / a.col_tiles : 0, step_tc = step - step_tr * a.col_tiles;
+    tile_cursor cur = {}, pre = {};
+    if (kV >= 2) {
+        cur = cursor_at(a, blockIdx.x);
+        pre = cursor_at(a, (int64_t)blockIdx.x + (kStages - 1) * step);
+    }
     for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
         cp_async_wait<kStages - 2>();
         __syncthreads(); /* this tile is staged; the previous tile is done with every buffer */
         {
             const int refill = stage == 0 ? kStages - 1 : stage - 1;
-            stage_tile<In, kAligned>(a, tile + (kStages - 1) * step, smem + refill * shape::kStageBytes);
+            if (kV >= 2) {
+                if (pre.tile < a.num_tiles)
+                    stage_tile_pos<In, kAligned, kFullPath>(a, tile_of(a, pre), smem + refill * shape::kStageBytes);
+                cursor_advance(a, pre, step, step_tr, step_tc);
+            } else {
+                stage_tile<In, kAligned>(a, tile + (kStages - 1) * step, smem + refill * shape::kStageBytes);
+            }
             cp_async_commit();
         }
-        const tile_pos p = tile_at(a, tile);
-
-        /* A: the block into registers, partial maxima out */
-        block8x8<In> x;
-        x.load(smem + stage * shape::kStageBytes, rb, cc);
+        tile_pos p;
+        if (kV >= 2) {
+            p = tile_of(a, cur);
+            cursor_advance(a, cur, step, step_tr, step_tc);
+        } else {
+            p = tile_at(a, tile);
+        }
+        const uint8_t *const staged = smem + stage * shape::kStageBytes;
         stage = stage == kStages - 1 ? 0 : stage + 1;
-        if (kBlock) {
-            const uint32_t m = __reduce_max_sync(0xffffffffu, x.amax_all());
-            if ((tid & 31) == 0) (kFastBlock ? reinterpret_cast<uint32_t *>(row_mult) : row_part)[tid >> 5] = m;
-        } else {
-            uint32_t rmax[8], cmax[8];
-            x.amax(rmax, cmax);
-            if (kQ) {
-                uint32_t *d0 = row_part + row_part_index(cc, rb * 8);
-                uint32_t *d1 = row_part + row_part_index(cc, rb * 8 + 4);
-                *reinterpret_cast<uint4 *>(d0) = make_uint4(rmax[0], rmax[1], rmax[2], rmax[3]);
-                *reinterpret_cast<uint4 *>(d1) = make_uint4(rmax[4], rmax[5], rmax[6], rmax[7]);
-            }
-            if (kT) {
-                uint32_t *d0 = col_part + col_part_index(rb, cc * 8);
-                uint32_t *d1 = col_part + col_part_index(rb, cc * 8 + 4);
-                *reinterpret_cast<uint4 *>(d0) = make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
-                *reinterpret_cast<uint4 *>(d1) = make_uint4(cmax[4], cmax[5], cmax[6], cmax[7]);
-            }
-        }
-        __syncthreads();
-
-        /* B: multipliers and scales */
-        int nonfinite = 0;
-        float block_mult = 0.0f;
-        if (kFastBlock) { /* every thread, from the same 8 words: the same multiplier */
-            const uint4 m0 = *reinterpret_cast<const uint4 *>(row_mult);
-            const uint4 m1 = *reinterpret_cast<const uint4 *>(row_mult + 4);
-            const uint32_t m = max(max(max(m0.x, m0.y), max(m0.z, m0.w)), max(max(m1.x, m1.y), max(m1.z, m1.w)));
-            float scale;
-            nonfinite = group_multiplier(m, a.pow2, block_mult, scale);
-            if (tid == 0) {
-                a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
-                if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
-            } else {
-                nonfinite = 0;
-            }
-        } else if (kBlock) {
-            if (tid == 0) {
-                uint32_t m = 0;
-#pragma unroll
-                for (int w = 0; w < kThreads / 32; ++w) m = max(m, row_part[w]);
-                float mult, scale;
-                nonfinite = group_multiplier(m, a.pow2, mult, scale);
-                row_mult[0] = mult;
-                a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
-                if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
-            }
-        } else {
-            if (kQ && tid < kTile) {
-                const int r = tid;
-                uint32_t m = 0;
-#pragma unroll
-                for (int k = 0; k < 16; ++k) m = max(m, row_part[row_part_index(k, r)]);
-                float mult, scale;
-                nonfinite = group_multiplier(m, a.pow2, mult, scale);
-                row_mult[r] = mult;
-                if (r < p.nr) a.q_scales[p.tc * a.q_scale_ld + p.r0 + r] = scale;
-            }
-            const int ct = kQ ? tid - kTile : tid;
-            if (kT && ct >= 0 && ct < kTile) {
-                const int c = ct;
-                uint32_t m = 0;
-#pragma unroll
-                for (int k = 0; k < 16; ++k) m = max(m, col_part[col_part_index(k, c)]);
-                float mult, scale;
-                nonfinite = group_multiplier(m, a.pow2, mult, scale);
-                col_mult[c] = mult;
-                if (c < p.nc) a.t_scales[p.tr * a.t_scale_ld + p.c0 + c] = scale;
-            }
-        }
-        /* Groups that lie wholly outside x are all zero, never non-finite. */
-        if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
-        if (!kFastBlock) __syncthreads();
-
-        /* C: codes */
-        float rm[8], cm[8];
-        if (kFastBlock) {
-#pragma unroll
-            for (int i = 0; i < 8; ++i) rm[i] = cm[i] = block_mult;
-        } else if (kBlock) {
-            const float m = row_mult[0];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) rm[i] = cm[i] = m;
-        } else {
-            if (kQ) {
-                const float4 r0 = *reinterpret_cast<const float4 *>(row_mult + rb * 8);
-                const float4 r1 = *reinterpret_cast<const float4 *>(row_mult + rb * 8 + 4);
-                rm[0] = r0.x; rm[1] = r0.y; rm[2] = r0.z; rm[3] = r0.w;
-                rm[4] = r1.x; rm[5] = r1.y; rm[6] = r1.z; rm[7] = r1.w;
-            }
-            if (kT) {
-                const float4 c0 = *reinterpret_cast<const float4 *>(col_mult + cc * 8);
-                const float4 c1 = *reinterpret_cast<const float4 *>(col_mult + cc * 8 + 4);
-                cm[0] = c0.x; cm[1] = c0.y; cm[2] = c0.z; cm[3] = c0.w;
-                cm[4] = c1.x; cm[5] = c1.y; cm[6] = c1.z; cm[7] = c1.w;
-            }
-        }
-        uint32_t tcode[8][2]; /* column j of the block: rows 0..3, rows 4..7 */
-        uint32_t rcode[8][2]; /* row i of the block: columns 0..3, columns 4..7 */
-#pragma unroll
-        for (int k = 0; k < 4; ++k) { /* rows 2k, 2k+1 */
-            if (kQ) {
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int i = 2 * k + h;
-                    const float m = rm[i];
-                    const uint32_t lo = pack16x2(e4m3x2(__fmul_rn(x.at(i, 0), m), __fmul_rn(x.at(i, 1), m)),
-                                                 e4m3x2(__fmul_rn(x.at(i, 2), m), __fmul_rn(x.at(i, 3), m)));
-                    const uint32_t hi = pack16x2(e4m3x2(__fmul_rn(x.at(i, 4), m), __fmul_rn(x.at(i, 5), m)),
-                                                 e4m3x2(__fmul_rn(x.at(i, 6), m), __fmul_rn(x.at(i, 7), m)));
-                    store_row_codes<kAligned>(a, p, rb * 8 + i, cc, lo, hi);
-                    rcode[i][0] = lo;
-                    rcode[i][1] = hi;
-                }
-            }
-            if (kT && !kFastBlock) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const uint32_t h = e4m3x2(__fmul_rn(x.at(2 * k, j), cm[j]),
-                                              __fmul_rn(x.at(2 * k + 1, j), cm[j]));
-                    if (k % 2 == 0)
-                        tcode[j][k / 2] = h;
-                    else
-                        tcode[j][k / 2] |= h << 16;
-                }
-            }
-        }
-        if (kT && kFastBlock) { /* one multiplier: the column codes are the row codes */
-#pragma unroll
-            for (int h = 0; h < 2; ++h)     /* rows 4h..4h+3 */
-#pragma unroll
-                for (int g = 0; g < 2; ++g) { /* columns 4g..4g+3 */
-                    uint32_t w[4] = {rcode[4 * h][g], rcode[4 * h + 1][g], rcode[4 * h + 2][g], rcode[4 * h + 3][g]};
-                    transpose4x4_bytes(w);
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) tcode[4 * g + j][h] = w[j];
-                }
-        }
-        if (kT) {
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int c = cc * 8 + j;
-                *reinterpret_cast<uint2 *>(transposed + c * kTile + transposed_unit(c, rb) * 8) =
-                    make_uint2(tcode[j][0], tcode[j][1]);
-            }
-            __syncthreads();
-            store_transposed<kAligned>(a, p, transposed);
-        }
+        if (kFullPath && p.nr == kTile && p.nc == kTile)
+            quantize_tile<In, kBlock, kQ, kT, kAligned, kV, kFullPath>(a, p, staged, scratch);
+        else
+            quantize_tile<In, kBlock, kQ, kT, kAligned, kV, false>(a, p, staged, scratch);
     }
     cp_async_wait<0>(); /* nothing may be in flight into shared memory at exit */
 }
@@ -659,9 +759,10 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
 
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
 bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
-    static_assert(kVariants == 2, "one branch per variant");
-    if (g_variant.load(std::memory_order_relaxed) == 0)
-        return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
+    static_assert(kVariants == 3, "one branch per variant");
+    const int v = g_variant.load(std::memory_order_relaxed);
+    if (v == 0) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
+    if (v == 2) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 2>(ctx, args, fn);
     return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 1>(ctx, args, fn);
 }
 #endif

@@ -145,11 +145,12 @@ namespace bfp8_quant {
 constexpr int kMaxSmem = [] {
     int m = 0;
     for (int b : {kernel_shape<float, 0>::kSmemBytes, kernel_shape<uint16_t, 0>::kSmemBytes,
-                  kernel_shape<float, 1>::kSmemBytes, kernel_shape<uint16_t, 1>::kSmemBytes})
+                  kernel_shape<float, 1>::kSmemBytes, kernel_shape<uint16_t, 1>::kSmemBytes,
+                  kernel_shape<float, 2>::kSmemBytes, kernel_shape<uint16_t, 2>::kSmemBytes})
         m = b > m ? b : m;
     return m;
 }();
-static_assert(kVariants == 2, "emulate every variant");
+static_assert(kVariants == 3, "emulate every variant");
 alignas(128) uint8_t smem[kMaxSmem];
 }
 
@@ -171,8 +172,9 @@ static void kernel_body(const void *args) {
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
 static void emulate(const tile_args &a, int grid, int variant) {
     if (!emu::stacks) emu::stacks = static_cast<char *>(test_malloc(emu::kThreads * emu::kStackBytes));
-    emu::body = variant == 0 ? kernel_body<In, kBlock, kQ, kT, kAligned, 0>
-                             : kernel_body<In, kBlock, kQ, kT, kAligned, 1>;
+    emu::body = variant == 0   ? kernel_body<In, kBlock, kQ, kT, kAligned, 0>
+                : variant == 1 ? kernel_body<In, kBlock, kQ, kT, kAligned, 1>
+                               : kernel_body<In, kBlock, kQ, kT, kAligned, 2>;
     emu::body_args = &a;
     gridDim = dim3((unsigned)grid, 1, 1);
     for (int b = 0; b < grid; ++b) {
@@ -313,7 +315,8 @@ int main(void) {
     bfp8_context *cpu = NULL;
     if (bfp8_context_create(&cpu, BFP8_BACKEND_CPU, 0) != BFP8_OK) test_fatal("%s", bfp8_last_error());
     static const int64_t shapes[][2] = {{1, 1},     {1, 300},   {300, 1},  {127, 129}, {129, 127},
-                                        {128, 128}, {257, 300}, {40, 520}, {390, 64}};
+                                        {128, 128}, {257, 300}, {40, 520}, {390, 64},
+                                        {256, 384}};
     int n = 0;
     for (const auto &s : shapes)
         for (bfp8_dtype dtype : {BFP8_BF16, BFP8_F32}) {
