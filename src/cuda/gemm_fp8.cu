@@ -8,7 +8,8 @@
  * Environment (for benchmarking and debugging):
  *   BFP8_GEMM_CONFIG="bm=128,bn=192,cm=2,cn=1"  force a configuration: tile bm x bn (bm 128
  *                                         unless given), cluster of cm x cn tiles; "pipe=1"
- *                                         with bn=128: two accumulators
+ *                                         with bn=128: two accumulators; "store=direct": bf16
+ *                                         output stored from registers, not by TMA
  *   BFP8_GEMM_TRACE=1                     print the configuration of each call
  */
 #include <cudaTypedefs.h>
@@ -88,7 +89,8 @@ bfp8_status check_tma_operand(const bfp8_qmatrix *q, const char *what) {
 struct Config {
     int bm, bn;
     int pipelined; /* two accumulators: wgmma of k-block kb+1 runs while kb is promoted */
-    int cm, cn; /* cluster of cm x cn tiles: A shared by cn CTAs, B by cm CTAs */
+    int cm, cn;    /* cluster of cm x cn tiles: A shared by cn CTAs, B by cm CTAs */
+    int direct_store; /* bf16 output stored from registers, not by TMA through shared memory */
 };
 
 const char *env_or_null(const char *name) {
@@ -108,20 +110,22 @@ const double CANDIDATE_SPEED[2][8] = {{1.00, 0.85, 0.85, 0.96, 0.88, 0.88, 0.99,
 constexpr int NUM_CANDIDATES = (int)(sizeof CANDIDATES / sizeof CANDIDATES[0]);
 static_assert(sizeof CANDIDATE_SPEED[0] / sizeof CANDIDATE_SPEED[0][0] == NUM_CANDIDATES, "one speed per candidate");
 
-template <int BM, int BN, bool B_1X128> constexpr int stages_for() {
-    constexpr int limit = 227 * 1024;
+template <int BM, int BN, bool B_1X128, bool STAGING> constexpr int stages_for() {
+    constexpr int limit = 227 * 1024 - (STAGING ? bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, true>::STAGING_BYTES * (BM / 64) : 0);
     constexpr int per_stage = bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1>::STAGE_BYTES;
-    constexpr int fixed = 1024 + 64;
+    constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0); /* + alignment of the staging buffers */
     constexpr int fit = (limit - fixed) / (per_stage + 16);
     return fit > 8 ? 8 : fit;
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false> struct Kernel {
-    static constexpr int STAGES = stages_for<BM, BN, B_1X128>();
+template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false, bool TMA_STORE = false>
+struct Kernel {
+    static constexpr int STAGES = stages_for<BM, BN, B_1X128, TMA_STORE>();
     static constexpr int CLUSTER = CM * CN;
-    using Layout = bfp8_gemm::SharedLayout<BM, BN, B_1X128, STAGES>;
+    using Layout = bfp8_gemm::SharedLayout<BM, BN, B_1X128, STAGES, TMA_STORE>;
+    static_assert(Layout::TOTAL <= 227 * 1024, "shared memory");
     static constexpr auto function =
-        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED>;
+        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED, TMA_STORE>;
 
     static cudaLaunchConfig_t launch_config(const bfp8_context *ctx, cudaLaunchAttribute *attr, unsigned ctas) {
         cudaLaunchConfig_t cfg = {};
@@ -191,6 +195,7 @@ template <bool B_1X128> Config choose_config(int m, int n, const bfp8_context *c
         const char *bm = strstr(forced, "bm="), *bn = strstr(forced, "bn="), *m_ = strstr(forced, "cm="),
                    *n_ = strstr(forced, "cn="), *pipe = strstr(forced, "pipe=");
         f.bm = bm ? atoi(bm + 3) : 128;
+        f.direct_store = strstr(forced, "store=direct") != nullptr;
         f.pipelined = pipe ? atoi(pipe + 5) : 0;
         if (bn) f.bn = atoi(bn + 3);
         if (m_) f.cm = atoi(m_ + 3);
@@ -203,9 +208,9 @@ template <bool B_1X128> Config choose_config(int m, int n, const bfp8_context *c
     return best;
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false>
+template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED, bool TMA_STORE>
 bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, Params p) {
-    using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED>;
+    using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_STORE>;
     CUtensorMap tmap_a, tmap_b, tmap_sa, tmap_sb;
     BFP8_TRY(operand_map(&tmap_a, a, BM / CN, "a"));
     BFP8_TRY(operand_map(&tmap_b, b, BN / CM, "b"));
@@ -231,27 +236,46 @@ bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qm
                 "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d grid=%u (max clusters %d)\n",
                 B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, cfg.gridDim.x,
                 max_clusters);
-    BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, p));
+    CUtensorMap tmap_d = tmap_a; /* unused unless TMA_STORE */
+    if (TMA_STORE)
+        BFP8_TRY(make_tensor_map(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
+                                 (uint64_t)p.ldd * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, p));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
-template <int BM, int BN, bool B_1X128>
+template <int BM, int BN, bool B_1X128, bool TMA_STORE>
 bfp8_status launch_cluster(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const Params &p) {
-    if (c.cm == 2) return launch<BM, BN, 2, 1, B_1X128>(ctx, a, b, p);
-    if (c.cn == 2) return launch<BM, BN, 1, 2, B_1X128>(ctx, a, b, p);
-    return launch<BM, BN, 1, 1, B_1X128>(ctx, a, b, p);
+    if (c.cm == 2) return launch<BM, BN, 2, 1, B_1X128, false, TMA_STORE>(ctx, a, b, p);
+    if (c.cn == 2) return launch<BM, BN, 1, 2, B_1X128, false, TMA_STORE>(ctx, a, b, p);
+    return launch<BM, BN, 1, 1, B_1X128, false, TMA_STORE>(ctx, a, b, p);
+}
+
+template <bool B_1X128, bool TMA_STORE>
+bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                          const Params &p) {
+    /* three math warpgroups leave no registers for the cluster bookkeeping,
+     * and no shared memory for staging */
+    if constexpr (!TMA_STORE)
+        if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, false>(ctx, a, b, p);
+    if (c.pipelined) return launch<128, 128, 1, 1, B_1X128, true, TMA_STORE>(ctx, a, b, p);
+    if (c.bn == 192) return launch_cluster<128, 192, B_1X128, TMA_STORE>(c, ctx, a, b, p);
+    return launch_cluster<128, 128, B_1X128, TMA_STORE>(c, ctx, a, b, p);
 }
 
 template <bool B_1X128>
 bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p) {
     const Config c = choose_config<B_1X128>(p.m, p.n, ctx);
-    /* three math warpgroups leave no registers for the cluster bookkeeping */
-    if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128>(ctx, a, b, p);
-    if (c.pipelined) return launch<128, 128, 1, 1, B_1X128, true>(ctx, a, b, p);
-    if (c.bn == 192) return launch_cluster<128, 192, B_1X128>(c, ctx, a, b, p);
-    return launch_cluster<128, 128, B_1X128>(c, ctx, a, b, p);
+    /* bf16 output through shared memory and TMA stores where the TMA can
+     * address D (16-byte aligned base and rows) */
+    if constexpr (!B_1X128) {
+        const bool tma_store = !c.direct_store && c.bm == 128 && p.output_kind == bfp8_gemm::OUTPUT_BF16 &&
+                               (uintptr_t)p.d % 16 == 0 && p.ldd % 8 == 0;
+        if (tma_store) return launch_config<B_1X128, true>(c, ctx, a, b, p);
+    }
+    return launch_config<B_1X128, false>(c, ctx, a, b, p);
 }
 
 Params output_params(const bfp8_matrix *d, const bfp8_matrix *c) {

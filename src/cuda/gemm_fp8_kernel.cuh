@@ -71,7 +71,10 @@ struct Params {
     int paired_stores; /* two adjacent outputs can be stored as one aligned word */
 };
 
-template <int BM, int BN, bool B_1X128, int STAGES> struct SharedLayout {
+/* STAGING: bf16 output tiles go out through shared memory and TMA stores
+ * (64 rows x 64 columns per box, 128-byte swizzle), one 64 x BN buffer per
+ * math warpgroup, so a tile's stores overlap the next tile's main loop. */
+template <int BM, int BN, bool B_1X128, int STAGES, bool STAGING = false> struct SharedLayout {
     static constexpr uint32_t A_BYTES = BM * BLOCK_K;
     static constexpr uint32_t B_BYTES = BN * BLOCK_K;
     static constexpr uint32_t SA_BYTES = BM * 4;
@@ -81,7 +84,10 @@ template <int BM, int BN, bool B_1X128, int STAGES> struct SharedLayout {
     static constexpr uint32_t OFF_B = OFF_A + STAGES * A_BYTES;
     static constexpr uint32_t OFF_SA = OFF_B + STAGES * B_BYTES;
     static constexpr uint32_t OFF_SB = OFF_SA + STAGES * SA_BYTES;
-    static constexpr uint32_t OFF_BARRIERS = OFF_SB + STAGES * SB_BYTES;
+    static constexpr uint32_t STAGING_BYTES = STAGING ? 64 * BN * 2 : 0; /* per math warpgroup */
+    /* 1024-byte aligned: the swizzle pattern is a function of the address */
+    static constexpr uint32_t OFF_STAGING = (OFF_SB + STAGES * SB_BYTES + 1023) / 1024 * 1024;
+    static constexpr uint32_t OFF_BARRIERS = OFF_STAGING + (BM / 64) * STAGING_BYTES;
     /* + 1024 so the base can be aligned for the 128-byte swizzle pattern */
     static constexpr uint32_t TOTAL = OFF_BARRIERS + 2 * STAGES * 8 + 1024;
     static_assert(B_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "swizzled tiles need 1024-byte alignment");
@@ -140,14 +146,15 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
     }
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED>
+template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED, bool TMA_STORE>
 __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
                               const __grid_constant__ CUtensorMap tmap_scale_a,
-                              const __grid_constant__ CUtensorMap tmap_scale_b, const Params p) {
+                              const __grid_constant__ CUtensorMap tmap_scale_b,
+                              const __grid_constant__ CUtensorMap tmap_d, const Params p) {
     using namespace bfp8_sm90;
-    using L = SharedLayout<BM, BN, B_1X128, STAGES>;
+    using L = SharedLayout<BM, BN, B_1X128, STAGES, TMA_STORE>;
     using W = Warps<BM>;
     constexpr int PRODUCER_THREAD = 128 * W::MATH_WG;
     constexpr int ACC = BN / 2; /* accumulator floats per thread: 64 rows x BN over 128 threads */
@@ -381,13 +388,49 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 else mainloop(64);
             }
 
-            const int row = m0 + row_in_tile;
+            if constexpr (TMA_STORE) {
+                /* bf16 into this warpgroup's staging buffer, in the 128-byte
+                 * swizzled layout of the D tensor map: the 16-byte unit u of
+                 * row r sits at unit u ^ (r % 8). A warp's 8 rows x 16 bytes
+                 * land in 8 different units: no bank conflicts. */
+                uint8_t *staging = smem + L::OFF_STAGING + warpgroup * L::STAGING_BYTES;
+                const bool leader = threadIdx.x % 128 == 0;
+                if (leader) bulk_wait_read_all(); /* the previous tile's stores have read it */
+                named_barrier_sync(1 + warpgroup, 128);
+                const int r0 = warp * 16 + lane / 4; /* and r0 + 8, rows within the warpgroup's 64 */
 #pragma unroll
-            for (int j = 0; j < BN / 8; ++j) {
-                const int col = n0 + 8 * j + col_in_chunk;
-                store_pair(p, row, col, fin[4 * j + 0], fin[4 * j + 1]);
-                store_pair(p, row + 8, col, fin[4 * j + 2], fin[4 * j + 3]);
+                for (int j = 0; j < BN / 8; ++j) {
+                    const int col = 8 * j + col_in_chunk; /* within the tile */
+                    uint8_t *box = staging + (col / 64) * (64 * 128);
+                    const int byte = (col % 64) * 2, unit = byte / 16, within = byte % 16;
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int r = r0 + 8 * h;
+                        *reinterpret_cast<uint32_t *>(box + r * 128 + ((unit ^ (r % 8)) * 16) + within) =
+                            pack_bf16x2(fin[4 * j + 2 * h], fin[4 * j + 2 * h + 1]);
+                    }
+                }
+                fence_proxy_async_shared();
+                named_barrier_sync(1 + warpgroup, 128);
+                if (leader) {
+#pragma unroll
+                    for (int c = 0; c < BN / 64; ++c)
+                        tma_store_2d(&tmap_d, staging + c * (64 * 128), n0 + 64 * c, m0 + warpgroup * 64);
+                    bulk_commit_group();
+                }
+            } else {
+                const int row = m0 + row_in_tile;
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) {
+                    const int col = n0 + 8 * j + col_in_chunk;
+                    store_pair(p, row, col, fin[4 * j + 0], fin[4 * j + 1]);
+                    store_pair(p, row + 8, col, fin[4 * j + 2], fin[4 * j + 3]);
+                }
             }
+        }
+        /* shared memory must stay valid until the last bulk store has read it */
+        if constexpr (TMA_STORE) {
+            if (threadIdx.x % 128 == 0) bulk_wait_all();
         }
     }
 

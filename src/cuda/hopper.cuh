@@ -92,6 +92,28 @@ __device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorM
         : "memory");
 }
 
+/* Shared-memory box of `map` at (c0 = inner coordinate, c1) out to global
+ * memory; the rows and columns outside the tensor are not written. */
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(smem_u32(src)), "r"(c0), "r"(c1)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit_group() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+/* Wait until the source shared memory of every committed bulk store was read. */
+__device__ __forceinline__ void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+/* Wait until every committed bulk store is complete. */
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+/* Make this thread's generic-proxy shared-memory writes visible to TMA. */
+__device__ __forceinline__ void fence_proxy_async_shared() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+/* Barrier `id` (1..15) among `threads` threads of the CTA. */
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Clusters                                                                  */
 

@@ -4,8 +4,9 @@
  *
  *   test_gemm_gpu            everything (large outputs: sampled 128x128 tiles)
  *   test_gemm_gpu --small    ragged shapes only: the compute-sanitizer set
- *   test_gemm_gpu --time     time every kernel configuration on the
- *                            TARGETS.md shapes (BFP8_GEMM_CONFIG forced)
+ *   test_gemm_gpu --time [FILTER]  time every kernel configuration (or those
+ *                            whose name contains FILTER) on the TARGETS.md
+ *                            shapes (BFP8_GEMM_CONFIG forced)
  *   test_gemm_gpu --profile  only one 1D2D and one 1D1D launch on 8192^3, for
  *                            ncu -k regex:gemm_fp8
  *
@@ -230,10 +231,11 @@ static bfp8_qmatrix random_device_operand(int64_t rows, int64_t cols, bfp8_granu
 /* Every kernel configuration (src/cuda/gemm_fp8.cu), and "" for the heuristic's choice. */
 static const char *configs[] = {"bn=128,cm=1,cn=1",        "bn=128,cm=2,cn=1",        "bn=128,cm=1,cn=2",
                                 "bn=192,cm=1,cn=1",        "bn=192,cm=2,cn=1",        "bn=192,cm=1,cn=2",
-                                "bm=192,bn=128,cm=1,cn=1", "bn=128,pipe=1,cm=1,cn=1", ""};
+                                "bm=192,bn=128,cm=1,cn=1", "bn=128,pipe=1,cm=1,cn=1",
+                                "bn=128,cm=1,cn=1,store=direct", "bn=192,cm=1,cn=1,store=direct", ""};
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 
-static void time_configs(void) {
+static void time_configs(const char *filter) {
     static const int64_t fprop[][3] = {{16384, 4096, 4096}, {16384, 14336, 4096}, {16384, 4096, 14336},
                                        {4096, 7168, 16384}, {8192, 8192, 8192}};
     static const int64_t wgrad[][3] = {/* N, K, M(tokens) */ {4096, 4096, 16384}, {14336, 4096, 16384},
@@ -250,6 +252,7 @@ static void time_configs(void) {
             const bfp8_dtype dt = kind == 0 ? BFP8_BF16 : BFP8_F32;
             bfp8_matrix d = {gpu_alloc((size_t)(rows * cols) * bfp8_dtype_size(dt)), dt, rows, cols, cols};
             for (int c = 0; c < NUM_CONFIGS; ++c) {
+                if (filter && configs[c][0] && !strstr(configs[c], filter)) continue;
                 if (configs[c][0]) setenv("BFP8_GEMM_CONFIG", configs[c], 1);
                 else unsetenv("BFP8_GEMM_CONFIG");
                 bfp8_status st = BFP8_OK;
@@ -291,10 +294,14 @@ static void time_configs(void) {
 
 int main(int argc, char **argv) {
     int small = 0, timing = 0, profile = 0;
+    const char *time_filter = NULL; /* --time FILTER: only configurations containing FILTER */
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a kill */
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--small")) small = 1;
-        else if (!strcmp(argv[i], "--time")) timing = 1;
+        else if (!strcmp(argv[i], "--time")) {
+            timing = 1;
+            if (i + 1 < argc && argv[i + 1][0] != '-') time_filter = argv[++i];
+        }
         else if (!strcmp(argv[i], "--profile")) profile = 1;
         else test_fatal("unknown option %s (use --small, --time or --profile)", argv[i]);
     }
@@ -355,7 +362,7 @@ int main(int argc, char **argv) {
     }
     printf("lowest seen: same-data %.1f dB (worst tile %.1f dB), unquantized %.1f dB, calc_diff %.2e\n",
            seen.same_db, seen.tile_db, seen.unquant_db, seen.calc_diff);
-    if (timing) time_configs();
+    if (timing) time_configs(time_filter);
     bfp8_context_destroy(cpu);
     bfp8_context_destroy(gpu);
     return test_exit_code("test_gemm_gpu");
