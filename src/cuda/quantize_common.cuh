@@ -442,7 +442,7 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
  * bfp8_cuda_quantize_set_variant picks one):
  *   0  the first version: 2 stages for bf16; the 128x128 multiplier made by
  *      thread 0 between two barriers; W^T codes quantized a second time.
- *   1  (default) 3 stages for bf16 (still 2 CTAs per SM: 2 x (113 + 1) KB =
+ *   1  3 stages for bf16 (still 2 CTAs per SM: 2 x (113 + 1) KB =
  *      228 KB), so two tiles (64 KB) are in flight per CTA instead of one;
  *      128x128: every thread reduces the 8 warp maxima itself (no serial
  *      section, one barrier fewer per tile) and the W^T codes are the W
@@ -462,7 +462,12 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
  *      1322 -> 835, rows 802 -> 510, cols 786 -> 556, W+W^T 856 -> 507.
  */
 constexpr int kVariants = 3;
-constexpr int kDefaultVariant = 1;
+constexpr int kDefaultVariant = 2;
+/* The default for every launch: per kernel, the variant measured fastest on
+ * the H200 (bench_quantize --variant all, bench/results/
+ * 2026-11-30_quantize_h200_run3_variants.txt): 2 everywhere but the f32 dual
+ * kernel, where 0 is 4-6% faster. */
+constexpr int kAutoVariant = kVariants;
 
 template <typename In, int kV = kDefaultVariant> struct kernel_shape {
     static constexpr int kStages = sizeof(In) == 2 ? (kV == 1 ? 3 : 2) : 3;
@@ -762,7 +767,7 @@ static inline tile_args make_tile_args(const bfp8_matrix *x, const bfp8_qmatrix 
 
 /* The kernel variant every launch uses (see kernel_shape); only
  * bfp8_cuda_quantize_set_variant (quantize_1x128.cu) changes it. */
-inline std::atomic<int> g_variant{kDefaultVariant};
+inline std::atomic<int> g_variant{kAutoVariant};
 
 /* Launch quantize_tiles_kernel on ctx's stream over a persistent grid: as
  * many CTAs as fit on the device at once, at most one per tile. The shared
@@ -793,7 +798,8 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
 bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
     static_assert(kVariants == 3, "one branch per variant");
-    const int v = g_variant.load(std::memory_order_relaxed);
+    int v = g_variant.load(std::memory_order_relaxed);
+    if (v == kAutoVariant) v = sizeof(In) == 4 && !kBlock && kQ && kT ? 0 : kDefaultVariant;
     if (v == 0) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
     if (v == 2) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 2>(ctx, args, fn);
     return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 1>(ctx, args, fn);
