@@ -3,6 +3,7 @@
  */
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "internal.h"
 
@@ -30,9 +31,14 @@ const char *bfp8_status_name(bfp8_status status) {
 const char *bfp8_last_error(void) { return last_error_message; }
 
 bfp8_status bfp8_fail(bfp8_status status, const char *fmt, ...) {
+    /* Format into a scratch buffer first: an argument may be bfp8_last_error()
+     * itself (a caller adding context to the cause), and vsnprintf must not
+     * write the buffer it is reading. */
+    char message[sizeof last_error_message];
     va_list args;
     va_start(args, fmt);
-    vsnprintf(last_error_message, sizeof last_error_message, fmt, args);
+    vsnprintf(message, sizeof message, fmt, args);
     va_end(args);
+    memcpy(last_error_message, message, sizeof message);
     return status;
 }

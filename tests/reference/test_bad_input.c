@@ -17,6 +17,7 @@
  */
 #include <string.h>
 
+#include "internal.h" /* bfp8_fail */
 #include "test_util.h"
 
 /* ------------------------------------------------------------------------ */
@@ -584,8 +585,19 @@ static void test_valid_calls(const operands *o) {
     arena_touched();
 }
 
+/* A caller that adds context to a cause passes bfp8_last_error() back into
+ * bfp8_fail, which writes that same buffer: the message must survive. */
+static void test_message_chaining(void) {
+    bfp8_fail(BFP8_ERR_IO, "inner cause %d", 7);
+    const bfp8_status st = bfp8_fail(BFP8_ERR_IO, "outer: %s", bfp8_last_error());
+    CHECK(st == BFP8_ERR_IO, "bfp8_fail returned %d", (int)st);
+    CHECK(strcmp(bfp8_last_error(), "outer: inner cause 7") == 0, "chained message reads \"%s\"",
+          bfp8_last_error());
+}
+
 int main(void) {
     if (bfp8_context_create(&ctx, BFP8_BACKEND_CPU, 0) != BFP8_OK) test_fatal("context: %s", bfp8_last_error());
+    test_message_chaining();
     const operands o = make_operands();
     test_quantize(&o);
     test_flag_alignment(&o);
