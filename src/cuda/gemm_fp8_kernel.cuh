@@ -19,6 +19,10 @@
  *   - CTAs are grouped in clusters of CM x CN tiles: the CN CTAs of one
  *     m-tile each load 1/CN of the A tile and multicast it to the others, and
  *     the CM CTAs of one n-tile share B the same way, cutting L2 traffic;
+ *   - TMA_STORE (bf16 output): each math warpgroup writes its 64 x BN tile
+ *     into its own swizzled staging buffer and one thread stores it with TMA,
+ *     which runs while the next tile's main loop starts; otherwise outputs
+ *     go from registers to global memory (f32, accumulate into C, unaligned D);
  *   - tiles are handed out round-robin over a grouped ("swizzled") order so
  *     that the tiles in flight at one time share A and B rows in L2.
  */
