@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "formats/formats.h"
 #include "internal.h"
 #include "train/checksum.h"
 #include "train/file_io.h"
@@ -14,17 +15,6 @@
 static const char checkpoint_magic[8] = {'B', 'F', 'P', '8', 'C', 'K', 'P', 'T'};
 enum { CHECKPOINT_VERSION = 1, HEADER_BYTES = 136 };
 
-static uint32_t float_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_float(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
 
 static void encode_header(uint8_t *h, const checkpoint_info *info) {
     memset(h, 0, HEADER_BYTES);
@@ -38,8 +28,8 @@ static void encode_header(uint8_t *h, const checkpoint_info *info) {
     put_u32(h + 28, (uint32_t)c->n_heads);
     put_u32(h + 32, (uint32_t)c->ffn_hidden);
     put_u32(h + 36, (uint32_t)c->max_seq);
-    put_u32(h + 40, float_bits(c->norm_eps));
-    put_u32(h + 44, float_bits(c->rope_theta));
+    put_u32(h + 40, bfp8_bits_of(c->norm_eps));
+    put_u32(h + 44, bfp8_bits_of(c->rope_theta));
     put_u32(h + 48, (uint32_t)info->recipe);
     put_u32(h + 52, info->tokenizer_fingerprint);
     put_u64(h + 56, info->step);
@@ -64,8 +54,8 @@ static void decode_header(const uint8_t *h, checkpoint_info *info) {
     c->n_heads = (int32_t)get_u32(h + 28);
     c->ffn_hidden = (int32_t)get_u32(h + 32);
     c->max_seq = (int32_t)get_u32(h + 36);
-    c->norm_eps = bits_float(get_u32(h + 40));
-    c->rope_theta = bits_float(get_u32(h + 44));
+    c->norm_eps = bfp8_float_of(get_u32(h + 40));
+    c->rope_theta = bfp8_float_of(get_u32(h + 44));
     info->recipe = (bfp8_recipe)get_u32(h + 48);
     info->tokenizer_fingerprint = get_u32(h + 52);
     info->step = get_u64(h + 56);

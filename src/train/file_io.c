@@ -92,6 +92,13 @@ bfp8_status atomic_file_commit(atomic_file *f) {
     return BFP8_OK;
 }
 
+bfp8_status atomic_file_write_all(const char *path, const void *data, size_t n) {
+    atomic_file f;
+    BFP8_TRY(atomic_file_open(&f, path));
+    atomic_file_write(&f, data, n);
+    return atomic_file_commit(&f);
+}
+
 bfp8_status make_directories(const char *path) {
     char buf[4096];
     if (strlen(path) >= sizeof buf) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "path too long");

@@ -30,6 +30,8 @@ void atomic_file_write(atomic_file *f, const void *data, size_t n);
  * the temporary file is removed and the target is left as it was. */
 bfp8_status atomic_file_commit(atomic_file *f);
 void atomic_file_abort(atomic_file *f);
+/* The whole of data[0, n) as the new content of path, atomically. */
+bfp8_status atomic_file_write_all(const char *path, const void *data, size_t n);
 
 /* mkdir -p. */
 bfp8_status make_directories(const char *path);

@@ -232,12 +232,7 @@ bfp8_status png_write_file(const char *path, const uint8_t *rgb, int width, int 
     uint8_t *png;
     size_t size;
     BFP8_TRY(png_encode(rgb, width, height, 1, &png, &size));
-    atomic_file f;
-    bfp8_status st = atomic_file_open(&f, path);
-    if (st == BFP8_OK) {
-        atomic_file_write(&f, png, size);
-        st = atomic_file_commit(&f);
-    }
+    const bfp8_status st = atomic_file_write_all(path, png, size);
     free(png);
     return st;
 }

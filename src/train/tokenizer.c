@@ -400,12 +400,7 @@ bfp8_status bpe_save(const bpe_tokenizer *tok, const char *path) {
         put_u32(buf + TOKENIZER_HEADER_BYTES + 8 * (size_t)m + 4, (uint32_t)tok->merges[m][1]);
     }
     put_u32(buf + size - 4, crc32_update(0, buf, size - 4));
-    atomic_file f;
-    bfp8_status st = atomic_file_open(&f, path);
-    if (st == BFP8_OK) {
-        atomic_file_write(&f, buf, size);
-        st = atomic_file_commit(&f);
-    }
+    const bfp8_status st = atomic_file_write_all(path, buf, size);
     free(buf);
     return st;
 }
