@@ -3,7 +3,7 @@
  * bandwidth measured in the same run (issue #3, docs/TARGETS.md).
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
- *                  [--variant 0|1|2|both|all]
+ *                  [--variant N|N-M|both|all]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -20,10 +20,11 @@
  * so the large shapes that the tests do not cover are checked too.
  *
  * --variant: the quantize kernel variant(s) to run (src/cuda/quantize_common.cuh,
- * kernel_shape: 0 the first version, 1 the current default, 2 the whole-tile
- * path). "all" (the default) times and checks every kernel under each
- * variant, one after the other, rows labelled "v0" / "v1" / "v2", and ends
- * with a table of the variants side by side; "both" is variants 0 and 1.
+ * kernel_shape: 0 the first version, 1 three bf16 stages, 2 the whole-tile
+ * path, 3 the lane-level row path with less shared memory). "all" (the
+ * default) times and checks every kernel under each variant, one after the
+ * other, rows labelled "v0" / "v1" / ..., and ends with a table of the
+ * variants side by side; "N-M" is variants N to M, "both" is 0 and 1.
  *
  * --profile: no timing and no checks, one launch of each kernel (plus one
  * copy), for `ncu --launch-count` / nsys.
@@ -61,7 +62,7 @@ static result results[128];
  * selects the kernel variant of later CUDA quantize calls, returns the
  * previous one or -1 when v is not a variant. */
 extern int bfp8_cuda_quantize_set_variant(int v);
-enum { kBenchVariants = 3 }; /* kVariants of src/cuda/quantize_common.cuh */
+enum { kBenchVariants = 4 }; /* kVariants of src/cuda/quantize_common.cuh */
 static int n_results = 0;
 
 static bfp8_context *gpu, *cpu;
@@ -301,7 +302,7 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]"
-            " [--variant 0|1|2|both|all]\n", prog);
+            " [--variant N|N-M|both|all]\n", prog);
     exit(2);
 }
 
@@ -319,7 +320,9 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--variant") == 0 && v) {
             if (strcmp(v, "both") == 0) { v_first = 0; v_last = 1; }
             else if (strcmp(v, "all") == 0) { v_first = 0; v_last = kBenchVariants - 1; }
-            else if (strcmp(v, "0") == 0 || strcmp(v, "1") == 0 || strcmp(v, "2") == 0) v_first = v_last = atoi(v);
+            else if (v[0] >= '0' && v[0] < '0' + kBenchVariants && v[1] == '\0') v_first = v_last = v[0] - '0';
+            else if (v[0] >= '0' && v[0] < '0' + kBenchVariants && v[1] == '-' && v[2] >= v[0] &&
+                     v[2] < '0' + kBenchVariants && v[3] == '\0') { v_first = v[0] - '0'; v_last = v[2] - '0'; }
             else usage(argv[0]);
             ++i;
         }

@@ -45,6 +45,7 @@ namespace bfp8_quant {
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
 constexpr int kScratchBytes = kTile * kTile; /* partial maxima, then the transposed codes */
+constexpr int kLeanScratchBytes = kThreads / 32 * kTile * 4; /* variant 3: a column maximum per warp */
 constexpr int kMultBytes = 2 * kTile * (int)sizeof(float);
 
 /* Kernel arguments. "q" is the code matrix laid out like x (out_rows or the
@@ -101,6 +102,12 @@ __device__ __forceinline__ uint32_t perm_bytes(uint32_t a, uint32_t b, uint32_t 
     return r;
 #endif
 }
+
+/* Lane-exchange helpers (variant 3). The emulation supplies its own. */
+#ifndef BFP8_QUANT_EMULATION
+__device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+__device__ __forceinline__ uint32_t shfl_from(uint32_t v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
+#endif
 
 /* Transpose a 4 x 4 byte block: word i holds row i (byte k = column k) on
  * input, column i on output (byte k = row k). 8 PRMT. */
@@ -225,6 +232,33 @@ template <> struct block8x8<float> { /* f32: word j of row i is column j */
         return m;
     }
 };
+
+/* Variant 3: the 8 maxima m[] (fp32 bits of |x|, as amax() gives them) of
+ * this lane, maxed with those of the lanes whose index differs in the bits
+ * kFirst..kLast (xor butterfly). bf16 maxima have 16 significant bits, so
+ * two travel in one word. */
+template <typename In, int kFirst, int kLast>
+__device__ __forceinline__ void max_across_lanes(uint32_t (&m)[8]) {
+    if (sizeof(In) == 2) {
+        uint32_t pk[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) pk[q] = (m[2 * q] >> 16) | (m[2 * q + 1] & 0xffff0000u);
+#pragma unroll
+        for (int o = kFirst; o <= kLast; o <<= 1)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) pk[q] = __vmaxu2(pk[q], shfl_xor(pk[q], o));
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            m[2 * q] = pk[q] << 16;
+            m[2 * q + 1] = pk[q] & 0xffff0000u;
+        }
+    } else {
+#pragma unroll
+        for (int o = kFirst; o <= kLast; o <<= 1)
+#pragma unroll
+            for (int i = 0; i < 8; ++i) m[i] = max(m[i], shfl_xor(m[i], o));
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* Tile geometry and staging                                                 */
@@ -460,8 +494,22 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
  *      col_tiles twice per tile. Executed SASS per whole bf16 tile and
  *      thread (one tile = 8 x 16 input bytes a thread), v1 -> v2: dual
  *      1322 -> 835, rows 802 -> 510, cols 786 -> 556, W+W^T 856 -> 507.
+ *   3  variant 2 with a lane-level row path and less shared memory. A warp
+ *      holds 16 whole tile rows, so the 1x128 row maxima are reduced across
+ *      lanes with shuffles and each row's multiplier made by one lane (no
+ *      shared memory, no barrier: rows-only tiles need none); the column
+ *      maxima of the two row blocks of a warp are combined the same way,
+ *      leaving 8 x 128 words of partials instead of 16 x 128 x 2; the
+ *      transposed codes go into the tile's own stage, free once every thread
+ *      holds its block. Measured (bench/results/2026-11-30_quantize_h200_
+ *      run4_lean.txt): within 1% of variant 2 on every 1x128 kernel, so the
+ *      barriers and the partial-maxima traffic it removes do not limit them;
+ *      on bf16 W+W^T 8% faster. Its smaller scratch also fits 3 bf16 stages
+ *      at 2 CTAs per SM (two tiles in flight per CTA, against ncu's
+ *      long-scoreboard stalls on bf16 dual): that was 2-5% slower on every
+ *      bf16 kernel, as variant 1's third stage was, and is not kept.
  */
-constexpr int kVariants = 3;
+constexpr int kVariants = 4;
 constexpr int kDefaultVariant = 2;
 /* The default for every launch: per kernel, the variant measured fastest on
  * the H200 (bench_quantize --variant all, bench/results/
@@ -473,8 +521,124 @@ template <typename In, int kV = kDefaultVariant> struct kernel_shape {
     static constexpr int kStages = sizeof(In) == 2 ? (kV == 1 ? 3 : 2) : 3;
     static constexpr int kMinBlocks = sizeof(In) == 2 ? 2 : 1;
     static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
-    static constexpr int kSmemBytes = kStages * kStageBytes + kScratchBytes + kMultBytes;
+    static constexpr int kScratch = kV >= 3 ? kLeanScratchBytes : kScratchBytes;
+    static constexpr int kSmemBytes = kStages * kStageBytes + kScratch + kMultBytes;
 };
+
+/* The 8 e4m3 codes of row i of a thread's block, multiplied by m: columns
+ * 0..3 in lo, 4..7 in hi. */
+template <typename In>
+__device__ __forceinline__ void row_codes(const block8x8<In> &x, int i, float m, uint32_t &lo, uint32_t &hi) {
+    lo = pack16x2(e4m3x2(__fmul_rn(x.at(i, 0), m), __fmul_rn(x.at(i, 1), m)),
+                  e4m3x2(__fmul_rn(x.at(i, 2), m), __fmul_rn(x.at(i, 3), m)));
+    hi = pack16x2(e4m3x2(__fmul_rn(x.at(i, 4), m), __fmul_rn(x.at(i, 5), m)),
+                  e4m3x2(__fmul_rn(x.at(i, 6), m), __fmul_rn(x.at(i, 7), m)));
+}
+
+/*
+ * Variant 3, 1x128 groups: one tile with the lane-level row path. The warp
+ * of a thread (rb = tid / 16, cc = tid % 16) holds tile rows 16w..16w+15 in
+ * full, the two halves of the warp 8 rows each. Rows: the half warp's 16
+ * lanes combine their row maxima by shuffles, lane cc < 8 turns row cc's
+ * into the multiplier and scale, and every lane fetches the 8 multipliers
+ * of its rows; the row codes go out at once. Columns: the two halves
+ * combine their column maxima, the first half writes them (one 128-word row
+ * of partials per warp), and after a barrier 128 threads make the column
+ * multipliers; the transposed codes go through the tile's own stage.
+ */
+template <typename In, bool kQ, bool kT, bool kAligned, bool kFull>
+__device__ __forceinline__ void quantize_tile_lean(const tile_args &a, tile_pos p, uint8_t *staged,
+                                                   uint8_t *scratch) {
+    uint32_t *const col_part = reinterpret_cast<uint32_t *>(scratch);
+    float *const col_mult = reinterpret_cast<float *>(scratch + kLeanScratchBytes) + kTile;
+    uint8_t *const transposed = staged;
+    const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15, warp = tid >> 5;
+    if (kFull) {
+        p.nr = kTile;
+        p.nc = kTile;
+    }
+    int nonfinite = 0;
+
+    block8x8<In> x;
+    x.load(staged, rb, cc);
+    uint32_t rmax[8], cmax[8];
+    x.amax(rmax, cmax);
+
+    if (kT) {
+        max_across_lanes<In, 16, 16>(cmax);
+        if ((tid & 16) == 0) {
+            uint32_t *d0 = col_part + col_part_index(warp, cc * 8);
+            uint32_t *d1 = col_part + col_part_index(warp, cc * 8 + 4);
+            *reinterpret_cast<uint4 *>(d0) = make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
+            *reinterpret_cast<uint4 *>(d1) = make_uint4(cmax[4], cmax[5], cmax[6], cmax[7]);
+        }
+    }
+
+    if (kQ) {
+        max_across_lanes<In, 1, 8>(rmax);
+        const int i_own = cc & 7; /* lanes cc and cc + 8 both make row i_own's multiplier */
+        uint32_t own = rmax[0];
+#pragma unroll
+        for (int i = 1; i < 8; ++i) own = i_own == i ? rmax[i] : own;
+        float mult, scale;
+        const int bad = group_multiplier(own, a.pow2, mult, scale);
+        const int r = rb * 8 + i_own;
+        if (cc < 8) {
+            nonfinite = bad;
+            if (r < p.nr) a.q_scales[p.tc * a.q_scale_ld + p.r0 + r] = scale;
+        }
+        const int half = tid & 16;
+        uint8_t *qrow = kFull ? a.q + (p.r0 + rb * 8) * a.q_ld + p.c0 + cc * 8 : nullptr;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const float m = __uint_as_float(shfl_from(__float_as_uint(mult), half | i));
+            uint32_t lo, hi;
+            row_codes(x, i, m, lo, hi);
+            if (kFull) {
+                *reinterpret_cast<uint2 *>(qrow) = make_uint2(lo, hi);
+                qrow += a.q_ld;
+            } else {
+                store_row_codes<kAligned>(a, p, rb * 8 + i, cc, lo, hi);
+            }
+        }
+    }
+
+    if (kT) {
+        __syncthreads(); /* every warp's column partials are in; every thread holds its block */
+        if (tid < kTile) {
+            const int c = tid;
+            uint32_t m = 0;
+#pragma unroll
+            for (int w = 0; w < kThreads / 32; ++w) m = max(m, col_part[col_part_index(w, c)]);
+            float mult, scale;
+            nonfinite |= group_multiplier(m, a.pow2, mult, scale);
+            col_mult[c] = mult;
+            if (c < p.nc) a.t_scales[p.tr * a.t_scale_ld + p.c0 + c] = scale;
+        }
+        __syncthreads();
+        float cm[8];
+        const float4 c0 = *reinterpret_cast<const float4 *>(col_mult + cc * 8);
+        const float4 c1 = *reinterpret_cast<const float4 *>(col_mult + cc * 8 + 4);
+        cm[0] = c0.x; cm[1] = c0.y; cm[2] = c0.z; cm[3] = c0.w;
+        cm[4] = c1.x; cm[5] = c1.y; cm[6] = c1.z; cm[7] = c1.w;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const uint32_t lo = pack16x2(e4m3x2(__fmul_rn(x.at(0, j), cm[j]), __fmul_rn(x.at(1, j), cm[j])),
+                                         e4m3x2(__fmul_rn(x.at(2, j), cm[j]), __fmul_rn(x.at(3, j), cm[j])));
+            const uint32_t hi = pack16x2(e4m3x2(__fmul_rn(x.at(4, j), cm[j]), __fmul_rn(x.at(5, j), cm[j])),
+                                         e4m3x2(__fmul_rn(x.at(6, j), cm[j]), __fmul_rn(x.at(7, j), cm[j])));
+            const int c = cc * 8 + j;
+            *reinterpret_cast<uint2 *>(transposed + c * kTile + transposed_unit(c, rb) * 8) = make_uint2(lo, hi);
+        }
+        __syncthreads();
+        if (kFull)
+            store_transposed_full(a, p, transposed);
+        else
+            store_transposed<kAligned>(a, p, transposed);
+    }
+    /* Groups that lie wholly outside x are all zero, never non-finite. */
+    if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
+}
 
 /*
  * One tile, from its stage in shared memory to every output (phases A-C of
@@ -483,15 +647,21 @@ template <typename In, int kV = kDefaultVariant> struct kernel_shape {
  * and every ragged branch folds away.
  */
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV, bool kFull>
-__device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, const uint8_t *staged,
+__device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, uint8_t *staged,
                                               uint8_t *scratch) {
+    if constexpr (kV >= 3 && !kBlock) {
+        quantize_tile_lean<In, kQ, kT, kAligned, kFull>(a, p, staged, scratch);
+        return;
+    }
     /* variant >= 1, 128x128: the 8 warp maxima, outside the scratch that the
      * transposed codes overwrite while slower warps may still read them */
     constexpr bool kFastBlock = kBlock && kV >= 1;
     uint32_t *const row_part = reinterpret_cast<uint32_t *>(scratch);
     uint32_t *const col_part = row_part + 16 * kTile;
-    uint8_t *const transposed = scratch;
-    float *const row_mult = reinterpret_cast<float *>(scratch + kScratchBytes);
+    /* variant 3: the transposed codes go into the tile's own stage (every
+     * thread holds its block after the first barrier) */
+    uint8_t *const transposed = kV >= 3 ? staged : scratch;
+    float *const row_mult = reinterpret_cast<float *>(scratch + kernel_shape<In, kV>::kScratch);
     float *const col_mult = row_mult + kTile;
     const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15;
     if (kFull) {
@@ -711,7 +881,7 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
         } else {
             p = tile_at(a, tile);
         }
-        const uint8_t *const staged = smem + stage * shape::kStageBytes;
+        uint8_t *const staged = smem + stage * shape::kStageBytes;
         stage = stage == kStages - 1 ? 0 : stage + 1;
         if (kFullPath && p.nr == kTile && p.nc == kTile)
             quantize_tile<In, kBlock, kQ, kT, kAligned, kV, kFullPath>(a, p, staged, scratch);
@@ -797,11 +967,12 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
 
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
 bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
-    static_assert(kVariants == 3, "one branch per variant");
+    static_assert(kVariants == 4, "one branch per variant");
     int v = g_variant.load(std::memory_order_relaxed);
     if (v == kAutoVariant) v = sizeof(In) == 4 && !kBlock && kQ && kT ? 0 : kDefaultVariant;
     if (v == 0) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
     if (v == 2) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 2>(ctx, args, fn);
+    if (v == 3) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 3>(ctx, args, fn);
     return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 1>(ctx, args, fn);
 }
 #endif

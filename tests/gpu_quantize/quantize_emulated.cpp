@@ -105,6 +105,17 @@ static inline uint32_t __reduce_max_sync(unsigned, uint32_t v) {
     return m;
 }
 
+/* Warp shuffles over the whole warp: every lane posts its value, then reads its source's. */
+static inline uint32_t shfl_from(uint32_t v, int src) {
+    const int t = emu::current, w = t / 32;
+    emu::warp_slots[t] = v;
+    emu::pass_on(w * 32, 32);
+    const uint32_t r = emu::warp_slots[w * 32 + (src & 31)];
+    emu::pass_on(w * 32, 32);
+    return r;
+}
+static inline uint32_t shfl_xor(uint32_t v, int mask) { return shfl_from(v, (emu::current % 32) ^ mask); }
+
 static inline uint32_t __vmaxu2(uint32_t a, uint32_t b) {
     return std::max(a & 0xffffu, b & 0xffffu) | std::max(a >> 16, b >> 16) << 16;
 }
@@ -146,11 +157,12 @@ constexpr int kMaxSmem = [] {
     int m = 0;
     for (int b : {kernel_shape<float, 0>::kSmemBytes, kernel_shape<uint16_t, 0>::kSmemBytes,
                   kernel_shape<float, 1>::kSmemBytes, kernel_shape<uint16_t, 1>::kSmemBytes,
-                  kernel_shape<float, 2>::kSmemBytes, kernel_shape<uint16_t, 2>::kSmemBytes})
+                  kernel_shape<float, 2>::kSmemBytes, kernel_shape<uint16_t, 2>::kSmemBytes,
+                  kernel_shape<float, 3>::kSmemBytes, kernel_shape<uint16_t, 3>::kSmemBytes})
         m = b > m ? b : m;
     return m;
 }();
-static_assert(kVariants == 3, "emulate every variant");
+static_assert(kVariants == 4, "emulate every variant");
 alignas(128) uint8_t smem[kMaxSmem];
 }
 
@@ -174,7 +186,8 @@ static void emulate(const tile_args &a, int grid, int variant) {
     if (!emu::stacks) emu::stacks = static_cast<char *>(test_malloc(emu::kThreads * emu::kStackBytes));
     emu::body = variant == 0   ? kernel_body<In, kBlock, kQ, kT, kAligned, 0>
                 : variant == 1 ? kernel_body<In, kBlock, kQ, kT, kAligned, 1>
-                               : kernel_body<In, kBlock, kQ, kT, kAligned, 2>;
+                : variant == 2 ? kernel_body<In, kBlock, kQ, kT, kAligned, 2>
+                               : kernel_body<In, kBlock, kQ, kT, kAligned, 3>;
     emu::body_args = &a;
     gridDim = dim3((unsigned)grid, 1, 1);
     for (int b = 0; b < grid; ++b) {
