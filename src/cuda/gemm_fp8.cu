@@ -99,14 +99,18 @@ const char *env_or_null(const char *name) {
 }
 
 /* Relative speed of each configuration on large, aligned shapes, 1D2D and
- * 1D1D (H200, test_gemm_gpu --time, bench/results/2026-11-30_gemm_configs.txt):
- * clusters and the two-accumulator pipeline measured slower than plain tiles;
- * for 1D1D (two multiplies per promoted element) the wider tiles pay. */
+ * 1D1D: the time of its whole waves of tiles against 128x128's, averaged over
+ * the TARGETS shapes (H200, test_gemm_gpu --time; single-CTA configurations
+ * from bench/results/2026-11-30_gemm_bm192_tma_store.txt, clusters from
+ * 2026-11-30_gemm_configs.txt). Clusters and the two-accumulator pipeline
+ * measured slower than plain tiles; BM=192 (three math warpgroups, bf16 out
+ * through TMA stores) fastest, and for 1D1D (two multiplies per promoted
+ * element) by far. */
 const Config CANDIDATES[] = {{128, 128, 0, 1, 1}, {128, 128, 0, 2, 1}, {128, 128, 0, 1, 2},
                              {128, 192, 0, 1, 1}, {128, 192, 0, 2, 1}, {128, 192, 0, 1, 2},
                              {192, 128, 0, 1, 1}, {128, 128, 1, 1, 1}};
-const double CANDIDATE_SPEED[2][8] = {{1.00, 0.85, 0.85, 0.96, 0.88, 0.88, 0.99, 0.90},
-                                      {1.00, 0.95, 0.93, 1.09, 1.02, 1.02, 1.10, 1.03}};
+const double CANDIDATE_SPEED[2][8] = {{1.00, 0.85, 0.85, 0.97, 0.88, 0.88, 1.035, 0.91},
+                                      {1.00, 0.95, 0.93, 1.10, 1.02, 1.02, 1.26, 1.02}};
 constexpr int NUM_CANDIDATES = (int)(sizeof CANDIDATES / sizeof CANDIDATES[0]);
 static_assert(sizeof CANDIDATE_SPEED[0] / sizeof CANDIDATE_SPEED[0][0] == NUM_CANDIDATES, "one speed per candidate");
 
@@ -256,10 +260,9 @@ bfp8_status launch_cluster(const Config &c, const bfp8_context *ctx, const bfp8_
 template <bool B_1X128, bool TMA_STORE>
 bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                           const Params &p) {
-    /* three math warpgroups leave no registers for the cluster bookkeeping,
-     * and no shared memory for staging */
-    if constexpr (!TMA_STORE)
-        if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, false>(ctx, a, b, p);
+    /* three math warpgroups leave no registers for the cluster bookkeeping;
+     * their staging buffers cost a stage (4 instead of 5) */
+    if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, TMA_STORE>(ctx, a, b, p);
     if (c.pipelined) return launch<128, 128, 1, 1, B_1X128, true, TMA_STORE>(ctx, a, b, p);
     if (c.bn == 192) return launch_cluster<128, 192, B_1X128, TMA_STORE>(c, ctx, a, b, p);
     return launch_cluster<128, 128, B_1X128, TMA_STORE>(c, ctx, a, b, p);
@@ -271,7 +274,7 @@ bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_
     /* bf16 output through shared memory and TMA stores where the TMA can
      * address D (16-byte aligned base and rows) */
     if constexpr (!B_1X128) {
-        const bool tma_store = !c.direct_store && c.bm == 128 && p.output_kind == bfp8_gemm::OUTPUT_BF16 &&
+        const bool tma_store = !c.direct_store && p.output_kind == bfp8_gemm::OUTPUT_BF16 &&
                                (uintptr_t)p.d % 16 == 0 && p.ldd % 8 == 0;
         if (tma_store) return launch_config<B_1X128, true>(c, ctx, a, b, p);
     }

@@ -175,7 +175,9 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + L::OFF_BARRIERS);
     uint64_t *empty = full + STAGES;
 
-    const int warpgroup = threadIdx.x / 128;
+    /* through a shuffle, so the compiler knows it is the same in the whole
+     * warp and keeps what derives from it (descriptors) in uniform registers */
+    const int warpgroup = PIPELINED && B_1X128 ? (int)threadIdx.x / 128 : __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     const uint32_t cta_rank = CLUSTER > 1 ? cluster_cta_rank() : 0;
     const int cm = (int)cta_rank % CM, cn = (int)cta_rank / CM; /* my place in the cluster tile */
     /* CTAs that share my A tile (same cm) and my B tile (same cn) */
@@ -248,6 +250,18 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         float acc2[ACC]; /* PIPELINED only (else unused, no registers): the next k-block's wgmma */
         int stage = 0;
         uint32_t phase = 0;
+        /* Shared-memory addresses and descriptors of stage 0, made once: stage s
+         * is a constant offset away, so the k-loop converts no generic pointer
+         * (in SASS that conversion re-read the CTA's shared window every
+         * k-block, and under BM=192's register cap the compiler remade
+         * thread-index terms too). The 1D1D PIPELINED kernel, with two
+         * accumulators live and B's scales to load, has no registers to keep
+         * them in (it spills): it makes them at each use. */
+        constexpr bool KEEP = !(PIPELINED && B_1X128);
+        const uint32_t full_kept = KEEP ? smem_u32(full) : 0u, empty_kept = KEEP ? smem_u32(empty) : 0u;
+        const uint32_t desc_a_kept = KEEP ? wgmma_desc_lo(smem_a + warpgroup * 64 * BLOCK_K) : 0u;
+        const uint32_t desc_b_kept = KEEP ? wgmma_desc_lo(smem_b) : 0u;
+        const uint32_t sa_kept = KEEP ? smem_u32(smem_sa + row_in_tile) : 0u;
 
         for (int t = cluster_id; t < num_tiles; t += num_clusters) {
             int cluster_row, cluster_col;
@@ -270,17 +284,25 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     sb0 = __ldg(b_scales0 + kb);
                     sb1 = BN > 128 ? __ldg(b_scales1 + kb) : sb0;
                 }
-                mbar_wait(&full[s], ph);
-                const uint64_t desc_a = wgmma_desc_k_major_sw128(smem_a + s * L::A_BYTES + warpgroup * 64 * BLOCK_K);
-                const uint64_t desc_b = wgmma_desc_k_major_sw128(smem_b + s * L::B_BYTES);
+                uint32_t desc_a, desc_b;
+                if constexpr (!KEEP) {
+                    mbar_wait(&full[s], ph);
+                    desc_a = wgmma_desc_lo(smem_a + s * L::A_BYTES + warpgroup * 64 * BLOCK_K);
+                    desc_b = wgmma_desc_lo(smem_b + s * L::B_BYTES);
+                } else {
+                    mbar_wait_at(full_kept + 8 * s, ph);
+                    desc_a = desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4);
+                    desc_b = desc_b_kept + (uint32_t)s * (L::B_BYTES >> 4);
+                }
                 fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < BLOCK_K / 32; ++ks) {
+                    const uint64_t da = wgmma_desc_sw128(desc_a + 2 * ks), db = wgmma_desc_sw128(desc_b + 2 * ks);
                     if constexpr (BN == 128)
-                        wgmma_m64n128k32_e4m3(acc, desc_a + 2 * ks, desc_b + 2 * ks, ks > 0);
+                        wgmma_m64n128k32_e4m3(acc, da, db, ks > 0);
                     else
-                        wgmma_m64n192k32_e4m3(acc, desc_a + 2 * ks, desc_b + 2 * ks, ks > 0);
+                        wgmma_m64n192k32_e4m3(acc, da, db, ks > 0);
                 }
                 wgmma_commit();
             };
@@ -289,10 +311,30 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * SPLIT: 1D2D columns from SPLIT on use B's second scale block; it is
              * a literal at each inlined call, so every FFMA reads one of four
              * registers with no select. */
+            auto release_stage = [&](int s) {
+                /* this warp is done with the stage: its wgmma finished, its scales are read */
+                __syncwarp();
+                if (lane == 0) {
+                    const uint32_t bar = KEEP ? empty_kept + 8 * s : smem_u32(&empty[s]);
+                    if constexpr (CLUSTER == 1) {
+                        mbar_arrive_at(bar);
+                    } else {
+#pragma unroll
+                        for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster_at(bar, (uint32_t)c);
+                    }
+                }
+            };
             auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1, const int SPLIT) {
                 fence_accumulators(acc);
-                const float sa0 = smem_sa[s * BM + row_in_tile];
-                const float sa1 = smem_sa[s * BM + row_in_tile + 8];
+                float sa0, sa1;
+                if constexpr (!KEEP) {
+                    sa0 = smem_sa[s * BM + row_in_tile];
+                    sa1 = smem_sa[s * BM + row_in_tile + 8];
+                } else {
+                    sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
+                    sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
+                }
+                if constexpr (!B_1X128) release_stage(s); /* 1D2D: nothing more to read from it */
                 if constexpr (B_1X128) {
                     const float *sb = smem_sb + s * BN + col_in_chunk;
 #pragma unroll
@@ -315,16 +357,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                         fin[4 * j + 3] += s1 * acc[4 * j + 3];
                     }
                 }
-                /* this warp is done with the stage: its wgmma finished, its scales are read */
-                __syncwarp();
-                if (lane == 0) {
-                    if constexpr (CLUSTER == 1) {
-                        mbar_arrive(&empty[s]);
-                    } else {
-#pragma unroll
-                        for (int c = 0; c < CLUSTER; ++c) mbar_arrive_cluster(&empty[s], (uint32_t)c);
-                    }
-                }
+                if constexpr (B_1X128) release_stage(s);
             };
 
             auto next_stage = [&](int &s, uint32_t &ph) {
