@@ -90,6 +90,68 @@ bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int r
     return t;
 }
 
+void bench_time_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, int warmup, int reps,
+                       cudaStream_t stream, bench_timing *out) {
+    memset(out, 0, (size_t)n * sizeof *out);
+    if (sets < 1) sets = 1;
+    if (reps < 1) reps = 1;
+    bench_timing status; /* the run's one verdict, copied to every contender */
+    memset(&status, 0, sizeof status);
+    for (int i = 0; i < warmup; ++i)
+        for (int c = 0; c < n; ++c)
+            if (fns[c](args[c], i % sets, status.reason, sizeof status.reason) != 0) {
+                cudaStreamSynchronize(stream);
+                for (int k = 0; k < n; ++k) out[k] = status;
+                return;
+            }
+    const int calls = n * reps;
+    cudaEvent_t *events = calloc((size_t)calls + 1, sizeof *events);
+    double *ms = calloc((size_t)calls, sizeof *ms);
+    int *who = calloc((size_t)calls, sizeof *who);
+    if (!events || !ms || !who) bench_die("out of host memory");
+    int created = 0, failed = cuda_failed(cudaStreamSynchronize(stream), "warm-up", &status);
+    for (; !failed && created <= calls; ++created)
+        if (cuda_failed(cudaEventCreate(&events[created]), "cudaEventCreate", &status)) failed = 1;
+    if (!failed) failed = cuda_failed(cudaEventRecord(events[0], stream), "cudaEventRecord", &status);
+    /* one event between consecutive calls: the time between events k and k+1 is call k's */
+    for (int r = 0, k = 0; r < reps && !failed; ++r)
+        for (int j = 0; j < n && !failed; ++j, ++k) {
+            const int c = (r + j) % n;
+            who[k] = c;
+            if (fns[c](args[c], (warmup + r) % sets, status.reason, sizeof status.reason) != 0) failed = 1;
+            else failed = cuda_failed(cudaEventRecord(events[k + 1], stream), "cudaEventRecord", &status);
+        }
+    const cudaError_t sync_err = cudaStreamSynchronize(stream);
+    if (!failed) failed = cuda_failed(sync_err, "the timed calls", &status);
+    if (!failed) failed = cuda_failed(cudaGetLastError(), "the timed calls", &status);
+    for (int k = 0; k < calls && !failed; ++k) {
+        float elapsed = 0.0f;
+        failed = cuda_failed(cudaEventElapsedTime(&elapsed, events[k], events[k + 1]), "cudaEventElapsedTime",
+                             &status);
+        ms[k] = elapsed;
+    }
+    for (int c = 0; c < n; ++c) {
+        out[c] = status;
+        out[c].reps = reps;
+        if (failed) continue;
+        double *mine = calloc((size_t)reps, sizeof *mine);
+        if (!mine) bench_die("out of host memory");
+        int m = 0;
+        for (int k = 0; k < calls; ++k)
+            if (who[k] == c) mine[m++] = ms[k];
+        qsort(mine, (size_t)m, sizeof *mine, compare_doubles);
+        out[c].median_ms = m % 2 ? mine[m / 2] : 0.5 * (mine[m / 2 - 1] + mine[m / 2]);
+        out[c].min_ms = mine[0];
+        out[c].max_ms = mine[m - 1];
+        out[c].ok = 1;
+        free(mine);
+    }
+    for (int i = 0; i < created; ++i) cudaEventDestroy(events[i]);
+    free(events);
+    free(ms);
+    free(who);
+}
+
 double bench_tflops(double flops, double ms) { return ms > 0.0 ? flops / (ms * 1e-3) / 1e12 : 0.0; }
 
 /* ------------------------------------------------------------------------ */

@@ -57,6 +57,16 @@ typedef struct bench_timing {
 bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int reps,
                         cudaStream_t stream);
 
+/* bench_time for n contenders at once, in rounds: every round runs one call
+ * of each, the order rotating from round to round, so the clock drift of a
+ * long run (an H200 power-throttles from 1980 to ~1600 MHz within seconds of
+ * dense GEMMs) falls on all of them alike instead of on whoever is timed
+ * last. fns[i](args[i], ...) is contender i; out[i] its figures. Each
+ * contender must have succeeded once before (a failing call makes every
+ * timing !ok with the reason). */
+void bench_time_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, int warmup, int reps,
+                       cudaStream_t stream, bench_timing *out);
+
 static inline int64_t bench_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t bench_round_up(int64_t a, int64_t multiple) {
     return bench_ceil_div(a, multiple) * multiple;
