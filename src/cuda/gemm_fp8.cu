@@ -93,6 +93,8 @@ struct Config {
     int direct_store; /* bf16 output stored from registers, not by TMA through shared memory */
 };
 
+const char *const TMA_OUT_NAMES[] = {"registers", "tma-bf16", "tma-f32", "tma-f32-add"};
+
 const char *env_or_null(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : nullptr;
@@ -114,22 +116,23 @@ const double CANDIDATE_SPEED[2][8] = {{1.00, 0.85, 0.85, 0.97, 0.88, 0.88, 1.035
 constexpr int NUM_CANDIDATES = (int)(sizeof CANDIDATES / sizeof CANDIDATES[0]);
 static_assert(sizeof CANDIDATE_SPEED[0] / sizeof CANDIDATE_SPEED[0][0] == NUM_CANDIDATES, "one speed per candidate");
 
-template <int BM, int BN, bool B_1X128, bool STAGING> constexpr int stages_for() {
-    constexpr int limit = 227 * 1024 - (STAGING ? bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, true>::STAGING_BYTES * (BM / 64) : 0);
+template <int BM, int BN, bool B_1X128, int TMA_OUT> constexpr int stages_for() {
+    constexpr bool STAGING = TMA_OUT != bfp8_gemm::TMA_NONE;
+    constexpr int limit = 227 * 1024 - bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>::STAGING_BYTES * (BM / 64);
     constexpr int per_stage = bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1>::STAGE_BYTES;
     constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0); /* + alignment of the staging buffers */
     constexpr int fit = (limit - fixed) / (per_stage + 16);
     return fit > 8 ? 8 : fit;
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false, bool TMA_STORE = false>
+template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false, int TMA_OUT = bfp8_gemm::TMA_NONE>
 struct Kernel {
-    static constexpr int STAGES = stages_for<BM, BN, B_1X128, TMA_STORE>();
+    static constexpr int STAGES = stages_for<BM, BN, B_1X128, TMA_OUT>();
     static constexpr int CLUSTER = CM * CN;
-    using Layout = bfp8_gemm::SharedLayout<BM, BN, B_1X128, STAGES, TMA_STORE>;
+    using Layout = bfp8_gemm::SharedLayout<BM, BN, B_1X128, STAGES, TMA_OUT>;
     static_assert(Layout::TOTAL <= 227 * 1024, "shared memory");
     static constexpr auto function =
-        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED, TMA_STORE>;
+        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED, TMA_OUT>;
 
     static cudaLaunchConfig_t launch_config(const bfp8_context *ctx, cudaLaunchAttribute *attr, unsigned ctas) {
         cudaLaunchConfig_t cfg = {};
@@ -212,9 +215,9 @@ template <bool B_1X128> Config choose_config(int m, int n, const bfp8_context *c
     return best;
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED, bool TMA_STORE>
+template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED, int TMA_OUT>
 bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, Params p) {
-    using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_STORE>;
+    using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT>;
     CUtensorMap tmap_a, tmap_b, tmap_sa, tmap_sb;
     BFP8_TRY(operand_map(&tmap_a, a, BM / CN, "a"));
     BFP8_TRY(operand_map(&tmap_b, b, BN / CM, "b"));
@@ -237,48 +240,60 @@ bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qm
 
     if (env_or_null("BFP8_GEMM_TRACE"))
         fprintf(stderr,
-                "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d grid=%u (max clusters %d)\n",
+                "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d grid=%u (max clusters %d) out=%s\n",
                 B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, cfg.gridDim.x,
-                max_clusters);
-    CUtensorMap tmap_d = tmap_a; /* unused unless TMA_STORE */
-    if (TMA_STORE)
+                max_clusters, TMA_OUT_NAMES[TMA_OUT]);
+    CUtensorMap tmap_d = tmap_a; /* unused unless TMA_OUT */
+    if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
         BFP8_TRY(make_tensor_map(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
                                  (uint64_t)p.ldd * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
+        BFP8_TRY(make_tensor_map(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
+                                 (uint64_t)p.ldd * 4, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, p));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
-template <int BM, int BN, bool B_1X128, bool TMA_STORE>
+template <int BM, int BN, bool B_1X128, int TMA_OUT>
 bfp8_status launch_cluster(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const Params &p) {
-    if (c.cm == 2) return launch<BM, BN, 2, 1, B_1X128, false, TMA_STORE>(ctx, a, b, p);
-    if (c.cn == 2) return launch<BM, BN, 1, 2, B_1X128, false, TMA_STORE>(ctx, a, b, p);
-    return launch<BM, BN, 1, 1, B_1X128, false, TMA_STORE>(ctx, a, b, p);
+    if (c.cm == 2) return launch<BM, BN, 2, 1, B_1X128, false, TMA_OUT>(ctx, a, b, p);
+    if (c.cn == 2) return launch<BM, BN, 1, 2, B_1X128, false, TMA_OUT>(ctx, a, b, p);
+    return launch<BM, BN, 1, 1, B_1X128, false, TMA_OUT>(ctx, a, b, p);
 }
 
-template <bool B_1X128, bool TMA_STORE>
+template <bool B_1X128, int TMA_OUT>
 bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                           const Params &p) {
     /* three math warpgroups leave no registers for the cluster bookkeeping;
-     * their staging buffers cost a stage (4 instead of 5) */
-    if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, TMA_STORE>(ctx, a, b, p);
-    if (c.pipelined) return launch<128, 128, 1, 1, B_1X128, true, TMA_STORE>(ctx, a, b, p);
-    if (c.bn == 192) return launch_cluster<128, 192, B_1X128, TMA_STORE>(c, ctx, a, b, p);
-    return launch_cluster<128, 128, B_1X128, TMA_STORE>(c, ctx, a, b, p);
+     * their staging buffers cost stages */
+    if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, TMA_OUT>(ctx, a, b, p);
+    /* (the 1D1D two-accumulator kernel has no registers for the staging: it spills) */
+    if (c.pipelined)
+        return launch<128, 128, 1, 1, B_1X128, true, B_1X128 ? bfp8_gemm::TMA_NONE : TMA_OUT>(ctx, a, b, p);
+    if (c.bn == 192) return launch_cluster<128, 192, B_1X128, TMA_OUT>(c, ctx, a, b, p);
+    return launch_cluster<128, 128, B_1X128, TMA_OUT>(c, ctx, a, b, p);
 }
 
 template <bool B_1X128>
 bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p) {
     const Config c = choose_config<B_1X128>(p.m, p.n, ctx);
-    /* bf16 output through shared memory and TMA stores where the TMA can
-     * address D (16-byte aligned base and rows) */
+    /* Outputs through shared memory and the TMA unit where it can address D
+     * (16-byte aligned base and rows): 1D2D's bf16; 1D1D's f32, stored, or
+     * added into D when D is the C accumulated (gradient accumulation). */
+    const bool tma_ok = !c.direct_store && (uintptr_t)p.d % 16 == 0;
     if constexpr (!B_1X128) {
-        const bool tma_store = !c.direct_store && p.output_kind == bfp8_gemm::OUTPUT_BF16 &&
-                               (uintptr_t)p.d % 16 == 0 && p.ldd % 8 == 0;
-        if (tma_store) return launch_config<B_1X128, true>(c, ctx, a, b, p);
+        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_BF16 && p.ldd % 8 == 0)
+            return launch_config<B_1X128, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p);
+    } else {
+        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32 && p.ldd % 4 == 0)
+            return launch_config<B_1X128, bfp8_gemm::TMA_F32>(c, ctx, a, b, p);
+        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32_ACCUMULATE && p.c == p.d && p.ldc == p.ldd &&
+            p.ldd % 4 == 0)
+            return launch_config<B_1X128, bfp8_gemm::TMA_F32_ADD>(c, ctx, a, b, p);
     }
-    return launch_config<B_1X128, false>(c, ctx, a, b, p);
+    return launch_config<B_1X128, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p);
 }
 
 Params output_params(const bfp8_matrix *d, const bfp8_matrix *c) {

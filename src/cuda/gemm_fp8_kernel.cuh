@@ -19,10 +19,12 @@
  *   - CTAs are grouped in clusters of CM x CN tiles: the CN CTAs of one
  *     m-tile each load 1/CN of the A tile and multicast it to the others, and
  *     the CM CTAs of one n-tile share B the same way, cutting L2 traffic;
- *   - TMA_STORE (bf16 output): each math warpgroup writes its 64 x BN tile
- *     into its own swizzled staging buffer and one thread stores it with TMA,
+ *   - TMA_OUT (bf16 or f32 output, or f32 accumulated in place, D = D + A.B):
+ *     each math warpgroup writes its 64 x BN tile into its own swizzled
+ *     staging buffer and one thread stores it (or adds it into D) with TMA,
  *     which runs while the next tile's main loop starts; otherwise outputs
- *     go from registers to global memory (f32, accumulate into C, unaligned D);
+ *     go from registers to global memory (accumulate into another C,
+ *     unaligned D);
  *   - tiles are handed out round-robin over a grouped ("swizzled") order so
  *     that the tiles in flight at one time share A and B rows in L2.
  */
@@ -57,6 +59,11 @@ template <int BM> struct Warps {
 
 enum OutputKind { OUTPUT_BF16 = 0, OUTPUT_F32 = 1, OUTPUT_F32_ACCUMULATE = 2 };
 
+/* How the epilogue writes D: from registers, or through shared memory and the
+ * TMA unit (a store, or an add into D where D is also the C accumulated). */
+enum TmaOut { TMA_NONE = 0, TMA_BF16 = 1, TMA_F32 = 2, TMA_F32_ADD = 3 };
+__host__ __device__ constexpr int tma_out_bytes(int t) { return t == TMA_NONE ? 0 : t == TMA_BF16 ? 2 : 4; }
+
 struct Params {
     int m, n, k;
     int num_k_blocks;
@@ -75,10 +82,10 @@ struct Params {
     int paired_stores; /* two adjacent outputs can be stored as one aligned word */
 };
 
-/* STAGING: bf16 output tiles go out through shared memory and TMA stores
- * (64 rows x 64 columns per box, 128-byte swizzle), one 64 x BN buffer per
- * math warpgroup, so a tile's stores overlap the next tile's main loop. */
-template <int BM, int BN, bool B_1X128, int STAGES, bool STAGING = false> struct SharedLayout {
+/* TMA_OUT: output tiles go out through shared memory and TMA (boxes of 64
+ * rows x 128 bytes, 128-byte swizzle), one 64 x BN buffer per math
+ * warpgroup, so a tile's stores overlap the next tile's main loop. */
+template <int BM, int BN, bool B_1X128, int STAGES, int TMA_OUT = TMA_NONE> struct SharedLayout {
     static constexpr uint32_t A_BYTES = BM * BLOCK_K;
     static constexpr uint32_t B_BYTES = BN * BLOCK_K;
     static constexpr uint32_t SA_BYTES = BM * 4;
@@ -88,7 +95,7 @@ template <int BM, int BN, bool B_1X128, int STAGES, bool STAGING = false> struct
     static constexpr uint32_t OFF_B = OFF_A + STAGES * A_BYTES;
     static constexpr uint32_t OFF_SA = OFF_B + STAGES * B_BYTES;
     static constexpr uint32_t OFF_SB = OFF_SA + STAGES * SA_BYTES;
-    static constexpr uint32_t STAGING_BYTES = STAGING ? 64 * BN * 2 : 0; /* per math warpgroup */
+    static constexpr uint32_t STAGING_BYTES = 64 * BN * tma_out_bytes(TMA_OUT); /* per math warpgroup */
     /* 1024-byte aligned: the swizzle pattern is a function of the address */
     static constexpr uint32_t OFF_STAGING = (OFF_SB + STAGES * SB_BYTES + 1023) / 1024 * 1024;
     static constexpr uint32_t OFF_BARRIERS = OFF_STAGING + (BM / 64) * STAGING_BYTES;
@@ -150,7 +157,7 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
     }
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED, bool TMA_STORE>
+template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED, int TMA_OUT>
 __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                               const __grid_constant__ CUtensorMap tmap_scale_b,
                               const __grid_constant__ CUtensorMap tmap_d, const Params p) {
     using namespace bfp8_sm90;
-    using L = SharedLayout<BM, BN, B_1X128, STAGES, TMA_STORE>;
+    using L = SharedLayout<BM, BN, B_1X128, STAGES, TMA_OUT>;
     using W = Warps<BM>;
     constexpr int PRODUCER_THREAD = 128 * W::MATH_WG;
     constexpr int ACC = BN / 2; /* accumulator floats per thread: 64 rows x BN over 128 threads */
@@ -425,11 +432,14 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 else mainloop(64);
             }
 
-            if constexpr (TMA_STORE) {
-                /* bf16 into this warpgroup's staging buffer, in the 128-byte
-                 * swizzled layout of the D tensor map: the 16-byte unit u of
-                 * row r sits at unit u ^ (r % 8). A warp's 8 rows x 16 bytes
-                 * land in 8 different units: no bank conflicts. */
+            if constexpr (TMA_OUT != TMA_NONE) {
+                /* Into this warpgroup's staging buffer, in the 128-byte
+                 * swizzled layout of the D tensor map: boxes of 64 rows x 128
+                 * bytes (64 bf16 or 32 f32 columns), the 16-byte unit u of row
+                 * r at unit u ^ (r % 8). A warp's 8 rows land in 8 different
+                 * units: bf16 (4 bytes a thread) without bank conflicts, f32
+                 * (8 bytes) in the 2 wavefronts its 256 bytes need. */
+                constexpr int ELEM = tma_out_bytes(TMA_OUT), BOX_COLS = 128 / ELEM, BOX_BYTES = 64 * 128;
                 uint8_t *staging = smem + L::OFF_STAGING + warpgroup * L::STAGING_BYTES;
                 const bool leader = threadIdx.x % 128 == 0;
                 if (leader) bulk_wait_read_all(); /* the previous tile's stores have read it */
@@ -438,21 +448,28 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                     const int col = 8 * j + col_in_chunk; /* within the tile */
-                    uint8_t *box = staging + (col / 64) * (64 * 128);
-                    const int byte = (col % 64) * 2, unit = byte / 16, within = byte % 16;
+                    uint8_t *box = staging + (col / BOX_COLS) * BOX_BYTES;
+                    const int byte = (col % BOX_COLS) * ELEM, unit = byte / 16, within = byte % 16;
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int r = r0 + 8 * h;
-                        *reinterpret_cast<uint32_t *>(box + r * 128 + ((unit ^ (r % 8)) * 16) + within) =
-                            pack_bf16x2(fin[4 * j + 2 * h], fin[4 * j + 2 * h + 1]);
+                        uint8_t *at = box + r * 128 + ((unit ^ (r % 8)) * 16) + within;
+                        if constexpr (ELEM == 2)
+                            *reinterpret_cast<uint32_t *>(at) = pack_bf16x2(fin[4 * j + 2 * h], fin[4 * j + 2 * h + 1]);
+                        else
+                            *reinterpret_cast<float2 *>(at) = make_float2(fin[4 * j + 2 * h], fin[4 * j + 2 * h + 1]);
                     }
                 }
                 fence_proxy_async_shared();
                 named_barrier_sync(1 + warpgroup, 128);
                 if (leader) {
 #pragma unroll
-                    for (int c = 0; c < BN / 64; ++c)
-                        tma_store_2d(&tmap_d, staging + c * (64 * 128), n0 + 64 * c, m0 + warpgroup * 64);
+                    for (int c = 0; c < BN / BOX_COLS; ++c) {
+                        if constexpr (TMA_OUT == TMA_F32_ADD)
+                            tma_reduce_add_2d(&tmap_d, staging + c * BOX_BYTES, n0 + BOX_COLS * c, m0 + warpgroup * 64);
+                        else
+                            tma_store_2d(&tmap_d, staging + c * BOX_BYTES, n0 + BOX_COLS * c, m0 + warpgroup * 64);
+                    }
                     bulk_commit_group();
                 }
             } else {
@@ -466,7 +483,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             }
         }
         /* shared memory must stay valid until the last bulk store has read it */
-        if constexpr (TMA_STORE) {
+        if constexpr (TMA_OUT != TMA_NONE) {
             if (threadIdx.x % 128 == 0) bulk_wait_all();
         }
     }

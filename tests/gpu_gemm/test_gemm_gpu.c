@@ -129,15 +129,17 @@ static void poison(bfp8_matrix *d) {
 
 /*
  * One product. 1D2D: a = M x K (1x128), b = N x K (128x128), out M x N.
- * 1D1D: a = N x M (1x128), b = K x M (1x128), out N x K; with accumulate,
- * out = C + 3 (a . b^T) through three in-place calls.
+ * 1D1D: a = N x M (1x128), b = K x M (1x128), out N x K; with accumulate 1,
+ * out = C + 3 (a . b^T) through three in-place calls (D is C: the kernel adds
+ * into D through the TMA unit where D is aligned for it); with accumulate 2,
+ * out = C + a . b^T from a separate C (the kernel reads C, writes D).
  */
 static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, int64_t contraction,
                      bfp8_dtype out_dtype, int accumulate, unsigned fill, uint64_t seed) {
     char name[160];
     snprintf(name, sizeof name, "%s %lldx%lld over %lld -> %s%s", kind == GEMM_1D2D ? "1d2d" : "1d1d",
              (long long)out_rows, (long long)out_cols, (long long)contraction, bfp8_dtype_name(out_dtype),
-             accumulate ? " (accumulate x3)" : "");
+             accumulate == 1 ? " (accumulate x3)" : accumulate == 2 ? " (accumulate from another C)" : "");
     operand a, b;
     operand_make(&a, out_rows, contraction, BFP8_GRAN_1X128, fill, seed);
     operand_make(&b, out_cols, contraction, kind == GEMM_1D2D ? BFP8_GRAN_128X128 : BFP8_GRAN_1X128, fill,
@@ -147,11 +149,22 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
     bfp8_matrix d = {gpu_alloc((size_t)(out_rows * ld) * bfp8_dtype_size(out_dtype)), out_dtype, out_rows,
                      out_cols, ld};
     float *c_host = NULL;
+    const int calls = accumulate == 1 ? 3 : 1;
     if (accumulate) {
         c_host = test_malloc((size_t)(out_rows * ld) * sizeof(float));
         test_fill_f32(c_host, out_rows, out_cols, ld, 10.0f, 0, seed + 2);
-        bfp8_copy_to_backend(gpu, d.data, c_host, (size_t)(out_rows * ld) * sizeof(float));
-        for (int rep = 0; rep < 3; ++rep) CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, &d, &d));
+        if (accumulate == 1) {
+            bfp8_copy_to_backend(gpu, d.data, c_host, (size_t)(out_rows * ld) * sizeof(float));
+            for (int rep = 0; rep < calls; ++rep) CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, &d, &d));
+        } else {
+            bfp8_matrix c = d;
+            c.data = gpu_alloc((size_t)(out_rows * ld) * sizeof(float));
+            bfp8_copy_to_backend(gpu, c.data, c_host, (size_t)(out_rows * ld) * sizeof(float));
+            poison(&d);
+            CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, &c, &d));
+            CHECK_OK(bfp8_context_synchronize(gpu));
+            bfp8_free(gpu, c.data);
+        }
     } else {
         poison(&d);
         if (kind == GEMM_1D2D)
@@ -164,7 +177,7 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
     if (accumulate)
         for (int64_t r = 0; r < out_rows; ++r)
             for (int64_t c = 0; c < out_cols; ++c)
-                out[r * out_cols + c] = (out[r * out_cols + c] - c_host[r * ld + c]) / 3.0f;
+                out[r * out_cols + c] = (out[r * out_cols + c] - c_host[r * ld + c]) / (float)calls;
 
     /* Whole output when it is cheap, else sampled tiles: the corners (ragged
      * edges included) and a few random ones. */
@@ -339,6 +352,8 @@ int main(int argc, char **argv) {
         run_case(GEMM_1D2D, 1000, 2120, 1000, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
         run_case(GEMM_1D2D, 300, 200, 4096, BFP8_F32, 0, 0, seed++);
         run_case(GEMM_1D1D, 1000, 136, 4097, BFP8_F32, 1, 0, seed++);
+        run_case(GEMM_1D1D, 1000, 136, 4097, BFP8_F32, 2, 0, seed++);
+        run_case(GEMM_1D1D, 300, 260, 1000, BFP8_F32, 2, TEST_FILL_HARD, seed++);
         run_case(GEMM_1D1D, 520, 392, 133, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
     }
     unsetenv("BFP8_GEMM_CONFIG");
