@@ -224,6 +224,10 @@ bfp8_status bfp8_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_
  *   a: N x M (dy transposed), b: K x M (x transposed), both BFP8_GRAN_1X128
  *   along M (the tokens); c: f32 or NULL (D = A.B^T); c may alias d.
  *   d: f32 or bf16 (bf16 only without c).
+ * On the CUDA backend, c == d (gradient accumulation in place) with d 16-byte
+ * aligned and ld a multiple of 4 adds A.B^T into d through the TMA unit: one
+ * fp32 add per element as otherwise, except that it may flush subnormal
+ * inputs and results (|x| < 2^-126) to zero, as the GPU's fp32 atomic adds do.
  */
 bfp8_status bfp8_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const bfp8_matrix *c, bfp8_matrix *d);

@@ -135,7 +135,9 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void 
                  : "memory");
 }
 /* The same box added element-wise into global memory (D += box), by the TMA
- * unit in L2; one add per element, so the result is that of an fp32 add. */
+ * unit in L2: one fp32 add per element, rounded to nearest even. It may
+ * flush subnormals to zero, as fp32 atomic adds do: the PTX ISA offers a
+ * .noftz qualifier only for the non-tensor bulk reduction. */
 __device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap *map, const void *src, int c0, int c1) {
     asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
                      reinterpret_cast<uint64_t>(map)),
