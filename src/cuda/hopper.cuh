@@ -34,30 +34,17 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t by
                  : "memory");
 }
 
+/* Barriers given by their shared-memory address (smem_u32), for loops that
+ * keep the address in a register instead of converting a generic pointer at
+ * every use. */
+__device__ __forceinline__ void mbar_arrive_at(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
 /* Arrive on the barrier at the same shared-memory offset in cluster CTA `cta`
  * (the local CTA included). Default (.release.cta) semantics on purpose: the
  * only thing ordered by this arrive is that this warp's reads of a pipeline
  * stage are finished, and .release.cluster compiles to MEMBAR.ALL.GPU, which
  * made every 2-CTA cluster run at half speed (H200, 2026-11-30). */
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t cta) {
-    asm volatile(
-        "{\n.reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_u32(bar)),
-        "r"(cta)
-        : "memory");
-}
-
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
-}
-
-/* The same, on barriers given by their shared-memory address (smem_u32),
- * for loops that keep the address in a register instead of converting a
- * generic pointer at every use. */
-__device__ __forceinline__ void mbar_arrive_at(uint32_t bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
 __device__ __forceinline__ void mbar_arrive_cluster_at(uint32_t bar, uint32_t cta) {
     asm volatile(
         "{\n.reg .b32 remote;\n"
@@ -78,11 +65,6 @@ __device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
 __device__ __forceinline__ float ld_shared_f32(uint32_t addr) {
     float v;
     asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-}
-__device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
-    float2 v;
-    asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
     return v;
 }
 
@@ -186,20 +168,15 @@ template <int REGS> __device__ __forceinline__ void regs_decrease() {
 
 /* Shared-memory matrix descriptor of a K-major tile whose rows are 128 bytes,
  * written by TMA with 128-byte swizzle: 8-row groups are 1024 bytes apart.
- * Stepping k inside the row is adding bytes to the start address. */
-/* The descriptor's upper word (stride and swizzle mode), the same for every
- * K-major 128-byte-swizzled tile, and its lower word (the start address):
- * loops add offsets to the lower word alone, a 32-bit add that cannot carry
- * out of the 14-bit address field inside shared memory. */
+ * Stepping k inside the row is adding bytes to the start address. Its upper
+ * word (stride and swizzle mode) is the same for every such tile; its lower
+ * word is the start address in 16-byte units: loops add offsets to the lower
+ * word alone, a 32-bit add that cannot carry out of the 14-bit address field
+ * inside shared memory. */
 constexpr uint32_t WGMMA_DESC_SW128_HI = (1024u >> 4) | (1u << 30);
 __device__ __forceinline__ uint32_t wgmma_desc_lo(const void *tile) { return (smem_u32(tile) & 0x3ffffu) >> 4; }
 __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t lo) {
     return (uint64_t)WGMMA_DESC_SW128_HI << 32 | lo;
-}
-__device__ __forceinline__ uint64_t wgmma_desc_k_major_sw128(const void *tile) {
-    const uint64_t start = (smem_u32(tile) & 0x3ffffu) >> 4;
-    const uint64_t stride_8rows = 1024u >> 4;
-    return start | (stride_8rows << 32) | (1ull << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
