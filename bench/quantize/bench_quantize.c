@@ -21,7 +21,8 @@
  *
  * --variant: the quantize kernel variant(s) to run (src/cuda/quantize_common.cuh,
  * kernel_shape: 0 the first version, 1 three bf16 stages, 2 the whole-tile
- * path, 3 the lane-level row path with less shared memory). "all" (the
+ * path, 3 the lane-level row path with less shared memory, 4 bf16 tiles
+ * staged by the TMA unit). "all" (the
  * default) times and checks every kernel under each variant, one after the
  * other, rows labelled "v0" / "v1" / ..., and ends with a table of the
  * variants side by side; "N-M" is variants N to M, "both" is 0 and 1.
@@ -62,7 +63,7 @@ static result results[128];
  * selects the kernel variant of later CUDA quantize calls, returns the
  * previous one or -1 when v is not a variant. */
 extern int bfp8_cuda_quantize_set_variant(int v);
-enum { kBenchVariants = 4 }; /* kVariants of src/cuda/quantize_common.cuh */
+enum { kBenchVariants = 5 }; /* kVariants of src/cuda/quantize_common.cuh */
 static int n_results = 0;
 
 static bfp8_context *gpu, *cpu;

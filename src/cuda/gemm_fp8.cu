@@ -12,7 +12,6 @@
  *                                         output stored from registers, not by TMA
  *   BFP8_GEMM_TRACE=1                     print the configuration of each call
  */
-#include <cudaTypedefs.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +19,7 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/gemm_fp8_kernel.cuh"
+#include "cuda/tensor_map.cuh"
 
 namespace {
 
@@ -28,48 +28,15 @@ using bfp8_gemm::Params;
 /* ------------------------------------------------------------------------ */
 /* Tensor maps                                                               */
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-    if (!fn) {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    }
-    return fn;
-}
-
-/* A 2-D row-major tensor: `outer` rows of `inner` elements, rows `stride_bytes` apart. */
-bfp8_status make_tensor_map(CUtensorMap *map, CUtensorMapDataType type, const void *base, uint64_t inner,
-                            uint64_t outer, uint64_t stride_bytes, uint32_t box_inner, uint32_t box_outer,
-                            CUtensorMapSwizzle swizzle, const char *what) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (!encode) return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
-    const cuuint64_t dims[2] = {inner, outer};
-    const cuuint64_t strides[1] = {stride_bytes};
-    const cuuint32_t box[2] = {box_inner, box_outer};
-    const cuuint32_t elem_strides[2] = {1, 1};
-    CUresult r = encode(map, type, 2, const_cast<void *>(base), dims, strides, box, elem_strides,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    if (r != CUDA_SUCCESS)
-        return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled(%s: %llu x %llu, stride %llu) failed: %d", what,
-                         (unsigned long long)outer, (unsigned long long)inner,
-                         (unsigned long long)stride_bytes, (int)r);
-    return BFP8_OK;
-}
-
 /* fp8 operand, K-major rows, loaded as boxes of box_rows x 128 bytes. */
 bfp8_status operand_map(CUtensorMap *map, const bfp8_qmatrix *q, uint32_t box_rows, const char *what) {
-    return make_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, q->data, (uint64_t)q->cols, (uint64_t)q->rows,
+    return bfp8_cuda_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, q->data, (uint64_t)q->cols, (uint64_t)q->rows,
                            (uint64_t)q->ld, bfp8_gemm::BLOCK_K, box_rows, CU_TENSOR_MAP_SWIZZLE_128B, what);
 }
 
 /* 1x128 scales: one row of `rows` floats per k-block. */
 bfp8_status scale_map(CUtensorMap *map, const bfp8_qmatrix *q, uint32_t box_rows, const char *what) {
-    return make_tensor_map(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, q->scales, (uint64_t)q->rows,
+    return bfp8_cuda_tensor_map_2d(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, q->scales, (uint64_t)q->rows,
                            (uint64_t)bfp8_ceil_div(q->cols, 128), (uint64_t)q->scale_ld * 4, box_rows, 1,
                            CU_TENSOR_MAP_SWIZZLE_NONE, what);
 }
@@ -245,10 +212,10 @@ bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qm
                 max_clusters, TMA_OUT_NAMES[TMA_OUT]);
     CUtensorMap tmap_d = tmap_a; /* unused unless TMA_OUT */
     if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
-        BFP8_TRY(make_tensor_map(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
+        BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
                                  (uint64_t)p.ldd * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
     if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
-        BFP8_TRY(make_tensor_map(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
+        BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
                                  (uint64_t)p.ldd * 4, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, p));
     BFP8_CUDA_CHECK_LAUNCH();

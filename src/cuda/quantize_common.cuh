@@ -38,6 +38,9 @@
 
 #ifndef BFP8_QUANT_EMULATION
 #include <atomic>
+
+#include "cuda/hopper.cuh"
+#include "cuda/tensor_map.cuh"
 #endif
 
 namespace bfp8_quant {
@@ -70,7 +73,7 @@ struct tile_args {
 /* Instructions                                                              */
 
 /* tests/gpu_quantize/quantize_emulated.cpp runs this kernel on CPU threads,
- * to check its indexing without a GPU, and supplies these four itself. */
+ * to check its indexing without a GPU, and supplies these itself. */
 #ifndef BFP8_QUANT_EMULATION
 __device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;"
@@ -81,6 +84,21 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int kPending> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
+
+/* Variant 4's staging by the TMA unit: hopper.cuh's instructions under the
+ * names this kernel uses (the emulation, which has no TMA, gives stubs). */
+__device__ __forceinline__ void mbar_setup(uint64_t *bar) {
+    bfp8_sm90::mbar_init(bar, 1);
+    bfp8_sm90::fence_mbar_init();
+}
+__device__ __forceinline__ void mbar_expect_bytes(uint64_t *bar, uint32_t bytes) {
+    bfp8_sm90::mbar_arrive_expect_tx(bar, bytes);
+}
+__device__ __forceinline__ void mbar_wait_parity(uint64_t *bar, uint32_t parity) { bfp8_sm90::mbar_wait(bar, parity); }
+__device__ __forceinline__ void tma_load_tile(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1) {
+    bfp8_sm90::tma_load_2d(dst, map, bar, c0, c1);
+}
+__device__ __forceinline__ void fence_async_shared() { bfp8_sm90::fence_proxy_async_shared(); }
 
 /* Two e4m3 codes in the low 16 bits: lo at the lower address. */
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
@@ -504,12 +522,20 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
  *      holds its block. Measured (bench/results/2026-11-30_quantize_h200_
  *      run4_lean.txt): within 1% of variant 2 on every 1x128 kernel, so the
  *      barriers and the partial-maxima traffic it removes do not limit them;
- *      on bf16 W+W^T 8% faster. Its smaller scratch also fits 3 bf16 stages
+ *      on bf16 W+W^T 8% faster in that run, equal in the next. Its smaller scratch also fits 3 bf16 stages
  *      at 2 CTAs per SM (two tiles in flight per CTA, against ncu's
  *      long-scoreboard stalls on bf16 dual): that was 2-5% slower on every
  *      bf16 kernel, as variant 1's third stage was, and is not kept.
+ *   4  variant 2 with bf16 tiles loaded by the TMA unit (one
+ *      cp.async.bulk.tensor per 32 KB tile into the stage, completion on an
+ *      mbarrier, ragged edges zero-filled by the TMA) instead of 2048
+ *      16-byte cp.async; aligned bf16 only (others run variant 2). Not run
+ *      by quantize_emulated (the emulation has no TMA). Measured
+ *      (bench/results/2026-11-30_quantize_h200_run11_tma.txt): bf16 dual 2%,
+ *      cols 1% faster than variant 2, the rest equal: how the tile is
+ *      fetched is not what holds bf16 dual at ~80% of copy either.
  */
-constexpr int kVariants = 4;
+constexpr int kVariants = 5;
 constexpr int kDefaultVariant = 2;
 /* The default for every launch: per kernel, the variant measured fastest on
  * the H200 (bench_quantize --variant all, bench/results/
@@ -521,8 +547,11 @@ template <typename In, int kV = kDefaultVariant> struct kernel_shape {
     static constexpr int kStages = sizeof(In) == 2 ? (kV == 1 ? 3 : 2) : 3;
     static constexpr int kMinBlocks = sizeof(In) == 2 ? 2 : 1;
     static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
-    static constexpr int kScratch = kV >= 3 ? kLeanScratchBytes : kScratchBytes;
-    static constexpr int kSmemBytes = kStages * kStageBytes + kScratch + kMultBytes;
+    static constexpr int kScratch = kV == 3 ? kLeanScratchBytes : kScratchBytes;
+    /* variant 4, bf16: one mbarrier per stage after the multipliers */
+    static constexpr bool kTmaLoads = kV == 4 && sizeof(In) == 2;
+    static constexpr int kBarrierOffset = kStages * kStageBytes + kScratch + kMultBytes;
+    static constexpr int kSmemBytes = kBarrierOffset + (kTmaLoads ? kStages * 8 : 0);
 };
 
 /* The 8 e4m3 codes of row i of a thread's block, multiplied by m: columns
@@ -649,7 +678,7 @@ __device__ __forceinline__ void quantize_tile_lean(const tile_args &a, tile_pos 
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV, bool kFull>
 __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, uint8_t *staged,
                                               uint8_t *scratch) {
-    if constexpr (kV >= 3 && !kBlock) {
+    if constexpr (kV == 3 && !kBlock) {
         quantize_tile_lean<In, kQ, kT, kAligned, kFull>(a, p, staged, scratch);
         return;
     }
@@ -660,7 +689,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
     uint32_t *const col_part = row_part + 16 * kTile;
     /* variant 3: the transposed codes go into the tile's own stage (every
      * thread holds its block after the first barrier) */
-    uint8_t *const transposed = kV >= 3 ? staged : scratch;
+    uint8_t *const transposed = kV == 3 ? staged : scratch;
     float *const row_mult = reinterpret_cast<float *>(scratch + kernel_shape<In, kV>::kScratch);
     float *const col_mult = row_mult + kTile;
     const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15;
@@ -838,21 +867,50 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
  */
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
 __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
-    quantize_tiles_kernel(const __grid_constant__ tile_args a) {
+    quantize_tiles_kernel(const __grid_constant__ tile_args a, const __grid_constant__ CUtensorMap tmap_x) {
     using shape = kernel_shape<In, kV>;
     constexpr int kStages = shape::kStages;
     constexpr bool kFullPath = kAligned && kV >= 2;
+    /* variant 4: the TMA unit stages whole tiles (ragged ones zero-filled) */
+    constexpr bool kTma = shape::kTmaLoads && kAligned;
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *const scratch = smem + kStages * shape::kStageBytes;
+    uint64_t *const staged_bar = reinterpret_cast<uint64_t *>(smem + shape::kBarrierOffset); /* kTma only */
     const int64_t step = gridDim.x;
+    const bool tma_thread = kTma && threadIdx.x == 0;
+
+    /* Start loading the tile at p into stage s. */
+    auto stage_at = [&](const tile_pos &p, int s) {
+        if constexpr (kTma) {
+            if (tma_thread) {
+                fence_async_shared(); /* earlier generic-proxy use of the buffer comes first */
+                mbar_expect_bytes(&staged_bar[s], shape::kStageBytes);
+                tma_load_tile(smem + s * shape::kStageBytes, &tmap_x, &staged_bar[s], (int)p.c0, (int)p.r0);
+            }
+        } else {
+            stage_tile_pos<In, kAligned, kFullPath>(a, p, smem + s * shape::kStageBytes);
+        }
+    };
+    if constexpr (kTma) {
+        if (tma_thread) {
+            for (int s = 0; s < kStages; ++s) mbar_setup(&staged_bar[s]);
+        }
+        __syncthreads();
+    }
 
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-        stage_tile<In, kAligned, kFullPath>(a, (int64_t)blockIdx.x + s * step, smem + s * shape::kStageBytes);
-        cp_async_commit();
+        const int64_t t = (int64_t)blockIdx.x + s * step;
+        if (kTma || kV >= 2) {
+            if (t < a.num_tiles) stage_at(tile_at(a, t), s);
+        } else {
+            stage_tile<In, kAligned, kFullPath>(a, t, smem + s * shape::kStageBytes);
+        }
+        if (!kTma) cp_async_commit();
     }
 
     int stage = 0;
+    uint32_t phases = 0; /* kTma: bit s, the parity of stage s's next completion */
     /* variant 2: this tile and the one to prefetch, without a division each */
     const int64_t step_tr = kV >= 2 ? step / a.col_tiles : 0, step_tc = step - step_tr * a.col_tiles;
     tile_cursor cur = {}, pre = {};
@@ -861,18 +919,22 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
         pre = cursor_at(a, (int64_t)blockIdx.x + (kStages - 1) * step);
     }
     for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
-        cp_async_wait<kStages - 2>();
+        if constexpr (kTma) {
+            mbar_wait_parity(&staged_bar[stage], (phases >> stage) & 1u);
+            phases ^= 1u << stage;
+        } else {
+            cp_async_wait<kStages - 2>();
+        }
         __syncthreads(); /* this tile is staged; the previous tile is done with every buffer */
         {
             const int refill = stage == 0 ? kStages - 1 : stage - 1;
             if (kV >= 2) {
-                if (pre.tile < a.num_tiles)
-                    stage_tile_pos<In, kAligned, kFullPath>(a, tile_of(a, pre), smem + refill * shape::kStageBytes);
+                if (pre.tile < a.num_tiles) stage_at(tile_of(a, pre), refill);
                 cursor_advance(a, pre, step, step_tr, step_tc);
             } else {
                 stage_tile<In, kAligned>(a, tile + (kStages - 1) * step, smem + refill * shape::kStageBytes);
             }
-            cp_async_commit();
+            if (!kTma) cp_async_commit();
         }
         tile_pos p;
         if (kV >= 2) {
@@ -888,7 +950,8 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
         else
             quantize_tile<In, kBlock, kQ, kT, kAligned, kV, false>(a, p, staged, scratch);
     }
-    cp_async_wait<0>(); /* nothing may be in flight into shared memory at exit */
+    if (!kTma) cp_async_wait<0>(); /* nothing may be in flight into shared memory at exit */
+    /* kTma: every tile loaded was waited for (each prefetch is of a tile this CTA processes) */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -960,19 +1023,25 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
     }
     const int64_t resident = (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms;
     const int grid = (int)(args.num_tiles < resident ? args.num_tiles : resident);
-    kernel<<<grid, kThreads, smem, bfp8_stream_of(ctx)>>>(args);
+    CUtensorMap tmap_x = {}; /* variant 4: x in boxes of one tile, read by the TMA unit */
+    if constexpr (kernel_shape<In, kV>::kTmaLoads && kAligned)
+        BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,
+                                         (uint64_t)args.rows, (uint64_t)args.x_ld * sizeof(In), kTile, kTile,
+                                         CU_TENSOR_MAP_SWIZZLE_NONE, "x"));
+    kernel<<<grid, kThreads, smem, bfp8_stream_of(ctx)>>>(args, tmap_x);
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
 bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
-    static_assert(kVariants == 4, "one branch per variant");
+    static_assert(kVariants == 5, "one branch per variant");
     int v = g_variant.load(std::memory_order_relaxed);
     if (v == kAutoVariant) v = sizeof(In) == 4 && !kBlock && kQ && kT ? 0 : kDefaultVariant;
     if (v == 0) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
     if (v == 2) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 2>(ctx, args, fn);
     if (v == 3) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 3>(ctx, args, fn);
+    if (v == 4) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 4>(ctx, args, fn);
     return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 1>(ctx, args, fn);
 }
 #endif

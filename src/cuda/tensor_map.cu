@@ -1,0 +1,38 @@
+/*
+ * tensor_map.cu - see tensor_map.cuh.
+ */
+#include <cudaTypedefs.h>
+
+#include "cuda/tensor_map.cuh"
+
+static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    if (!fn) {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }
+    return fn;
+}
+
+bfp8_status bfp8_cuda_tensor_map_2d(CUtensorMap *map, CUtensorMapDataType type, const void *base, uint64_t inner,
+                                    uint64_t outer, uint64_t stride_bytes, uint32_t box_inner, uint32_t box_outer,
+                                    CUtensorMapSwizzle swizzle, const char *what) {
+    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode) return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
+    const cuuint64_t dims[2] = {inner, outer};
+    const cuuint64_t strides[1] = {stride_bytes};
+    const cuuint32_t box[2] = {box_inner, box_outer};
+    const cuuint32_t elem_strides[2] = {1, 1};
+    CUresult r = encode(map, type, 2, const_cast<void *>(base), dims, strides, box, elem_strides,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled(%s: %llu x %llu, stride %llu) failed: %d", what,
+                         (unsigned long long)outer, (unsigned long long)inner,
+                         (unsigned long long)stride_bytes, (int)r);
+    return BFP8_OK;
+}
