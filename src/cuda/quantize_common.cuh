@@ -534,6 +534,16 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
  *      (bench/results/2026-11-30_quantize_h200_run11_tma.txt): bf16 dual 2%,
  *      cols 1% faster than variant 2, the rest equal: how the tile is
  *      fetched is not what holds bf16 dual at ~80% of copy either.
+ * Tried and not kept (bench/results/2026-11-30_quantize_walk_and_tma_store_
+ * not_kept.patch): walking tiles in bands of 2-64 tile rows, column by
+ * column (longer runs of x^T per wave), and evict-first code stores: equal
+ * or up to 4% slower; codes stored by the TMA unit from the tile's own
+ * stage: equal (and a TMA store clips a matrix's inner dimension at 16
+ * bytes, not at its last byte). bench/quantize/probe_bandwidth moves the
+ * same bytes in the same tiles with no quantization at all and is as fast
+ * as bf16 dual (bench/results/2026-11-30_quantize_h200_probes.txt): the
+ * kernel is at the ceiling of its access pattern, and two sequential
+ * output streams would be only 4-8% faster.
  */
 constexpr int kVariants = 5;
 constexpr int kDefaultVariant = 2;
