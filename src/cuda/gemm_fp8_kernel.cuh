@@ -269,6 +269,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const uint32_t desc_a_kept = KEEP ? wgmma_desc_lo(smem_a + warpgroup * 64 * BLOCK_K) : 0u;
         const uint32_t desc_b_kept = KEEP ? wgmma_desc_lo(smem_b) : 0u;
         const uint32_t sa_kept = KEEP ? smem_u32(smem_sa + row_in_tile) : 0u;
+        const uint32_t sb_kept = KEEP && B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
 
         for (int t = cluster_id; t < num_tiles; t += num_clusters) {
             int cluster_row, cluster_col;
@@ -346,7 +347,8 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     const float *sb = smem_sb + s * BN + col_in_chunk;
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
-                        const float2 v = *reinterpret_cast<const float2 *>(sb + 8 * j);
+                        const float2 v = KEEP ? ld_shared_f32x2(sb_kept + (uint32_t)(s * BN + 8 * j) * 4)
+                                              : *reinterpret_cast<const float2 *>(sb + 8 * j);
                         fin[4 * j + 0] += (sa0 * v.x) * acc[4 * j + 0];
                         fin[4 * j + 1] += (sa0 * v.y) * acc[4 * j + 1];
                         fin[4 * j + 2] += (sa1 * v.x) * acc[4 * j + 2];
@@ -374,14 +376,36 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 }
             };
 
+            /* One k-block in stage s with the current phase. */
+            auto step = [&](const int s, int kb, const int split_tag) {
+                float sb0 = 0.0f, sb1 = 0.0f;
+                issue(s, phase, acc, kb, sb0, sb1);
+                wgmma_wait<0>();
+                promote(s, acc, sb0, sb1, split_tag);
+            };
+            /* The ring of stages runs on across tiles: k-blocks up to the next
+             * stage 0 one at a time, then whole rounds of STAGES with the
+             * stage a literal in every copy of the body (barrier, descriptor
+             * and scale addresses become immediates: fewer instructions to
+             * issue per k-block), then the rest one at a time. 1D1D with 5
+             * or more stages keeps the plain loop: under BM=192's register
+             * cap its five copies spill. */
             auto mainloop = [&](const int split_tag) {
-                for (int kb = 0; kb < p.num_k_blocks; ++kb) {
-                    const int s = stage;
-                    float sb0 = 0.0f, sb1 = 0.0f;
-                    issue(s, phase, acc, kb, sb0, sb1);
+                constexpr bool UNROLL_STAGES = !B_1X128 || STAGES <= 4;
+                const int nk = p.num_k_blocks;
+                int kb = 0;
+                for (; kb < nk && (!UNROLL_STAGES || stage != 0); ++kb) {
+                    step(stage, kb, split_tag);
                     next_stage(stage, phase);
-                    wgmma_wait<0>();
-                    promote(s, acc, sb0, sb1, split_tag);
+                }
+                for (; UNROLL_STAGES && kb + STAGES <= nk; kb += STAGES) {
+#pragma unroll
+                    for (int u = 0; u < STAGES; ++u) step(u, kb + u, split_tag);
+                    phase ^= 1;
+                }
+                for (; kb < nk; ++kb) {
+                    step(stage, kb, split_tag);
+                    next_stage(stage, phase);
                 }
             };
             /* PIPELINED: k-block kb+1's wgmma is in flight (into the other
