@@ -287,10 +287,11 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
 
             /* Wait for the stage's data and start its 4 wgmma into acc. 1D2D: also
              * load B's scales of k-block kb now, so they land while the tensor core works. */
-            auto issue = [&](int s, uint32_t ph, float(&acc)[ACC], int kb, float &sb0, float &sb1) {
+            auto issue = [&](int s, uint32_t ph, float(&acc)[ACC], const float *bs0, const float *bs1, float &sb0,
+                             float &sb1) {
                 if constexpr (!B_1X128) {
-                    sb0 = __ldg(b_scales0 + kb);
-                    sb1 = BN > 128 ? __ldg(b_scales1 + kb) : sb0;
+                    sb0 = __ldg(bs0);
+                    sb1 = BN > 128 ? __ldg(bs1) : sb0;
                 }
                 uint32_t desc_a, desc_b;
                 if constexpr (!KEEP) {
@@ -376,10 +377,11 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 }
             };
 
-            /* One k-block in stage s with the current phase. */
-            auto step = [&](const int s, int kb, const int split_tag) {
+            /* One k-block in stage s with the current phase; 1D2D: B's scales
+             * of the k-block at bs0 (and bs1 for BN=192's second block). */
+            auto step = [&](const int s, const float *bs0, const float *bs1, const int split_tag) {
                 float sb0 = 0.0f, sb1 = 0.0f;
-                issue(s, phase, acc, kb, sb0, sb1);
+                issue(s, phase, acc, bs0, bs1, sb0, sb1);
                 wgmma_wait<0>();
                 promote(s, acc, sb0, sb1, split_tag);
             };
@@ -393,18 +395,21 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             auto mainloop = [&](const int split_tag) {
                 constexpr bool UNROLL_STAGES = !B_1X128 || STAGES <= 4;
                 const int nk = p.num_k_blocks;
+                /* B's scales of k-block kb, advanced with it (loads at
+                 * immediate offsets, not an address made per k-block) */
+                const float *bs0 = b_scales0, *bs1 = b_scales1;
                 int kb = 0;
-                for (; kb < nk && (!UNROLL_STAGES || stage != 0); ++kb) {
-                    step(stage, kb, split_tag);
+                for (; kb < nk && (!UNROLL_STAGES || stage != 0); ++kb, ++bs0, ++bs1) {
+                    step(stage, bs0, bs1, split_tag);
                     next_stage(stage, phase);
                 }
-                for (; UNROLL_STAGES && kb + STAGES <= nk; kb += STAGES) {
+                for (; UNROLL_STAGES && kb + STAGES <= nk; kb += STAGES, bs0 += STAGES, bs1 += STAGES) {
 #pragma unroll
-                    for (int u = 0; u < STAGES; ++u) step(u, kb + u, split_tag);
+                    for (int u = 0; u < STAGES; ++u) step(u, bs0 + u, bs1 + u, split_tag);
                     phase ^= 1;
                 }
-                for (; kb < nk; ++kb) {
-                    step(stage, kb, split_tag);
+                for (; kb < nk; ++kb, ++bs0, ++bs1) {
+                    step(stage, bs0, bs1, split_tag);
                     next_stage(stage, phase);
                 }
             };
@@ -416,24 +421,24 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 int s0 = stage, s1 = 0;
                 float sb00 = 0.0f, sb01 = 0.0f, sb10 = 0.0f, sb11 = 0.0f;
                 /* one group (acc) in flight at the top of every iteration */
-                issue(stage, phase, acc, 0, sb00, sb01);
+                issue(stage, phase, acc, b_scales0, b_scales1, sb00, sb01);
                 next_stage(stage, phase);
                 int kb = 0;
                 for (; kb + 2 < nk; kb += 2) {
                     s1 = stage;
-                    issue(stage, phase, acc2, kb + 1, sb10, sb11);
+                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
                     promote(s0, acc, sb00, sb01, BN);
                     s0 = stage;
-                    issue(stage, phase, acc, kb + 2, sb00, sb01);
+                    issue(stage, phase, acc, b_scales0 + kb + 2, b_scales1 + kb + 2, sb00, sb01);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
                     promote(s1, acc2, sb10, sb11, BN);
                 }
                 if (kb + 1 < nk) { /* two k-blocks left */
                     s1 = stage;
-                    issue(stage, phase, acc2, kb + 1, sb10, sb11);
+                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
                     promote(s0, acc, sb00, sb01, BN);
