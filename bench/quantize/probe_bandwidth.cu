@@ -71,6 +71,34 @@ __global__ void probe_codes(const uint4 *__restrict__ x, uint4 *__restrict__ out
     }
 }
 
+/* A thread's 8 x 8 block of the tile at (r0, c0) (rows rb*8.., columns
+ * cc*8..): read, its codes stored as x is laid out, kept in code[row][half]. */
+__device__ __forceinline__ void block_codes(const uint16_t *__restrict__ x, int64_t cols, uint8_t *__restrict__ q,
+                                            int64_t r0, int64_t c0, int rb, int cc, uint32_t (&code)[8][2]) {
+    uint4 v[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = *reinterpret_cast<const uint4 *>(x + (r0 + rb * 8 + i) * cols + c0 + cc * 8);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        const uint2 h = high_bytes(v[i]);
+        code[i][0] = h.x;
+        code[i][1] = h.y;
+        *reinterpret_cast<uint2 *>(q + (r0 + rb * 8 + i) * cols + c0 + cc * 8) = h;
+    }
+}
+
+/* Column j of the block (byte j of each row's codes) as 8 bytes, row 0 first. */
+__device__ __forceinline__ uint2 block_column(const uint32_t (&code)[8][2], int j) {
+    const int w = j >> 2, sh = (j & 3) * 8;
+    uint32_t lo = 0, hi = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        lo |= ((code[i][w] >> sh) & 0xffu) << (8 * i);
+        hi |= ((code[i + 4][w] >> sh) & 0xffu) << (8 * i);
+    }
+    return make_uint2(lo, hi);
+}
+
 /* 128 x 128 tiles over a persistent grid; 256 threads, each an 8 x 8 block
  * (rows rb*8.., columns cc*8..) loaded straight from global memory. */
 template <bool kLinearT>
@@ -82,30 +110,13 @@ __global__ void __launch_bounds__(256, 2)
     const int64_t col_tiles = cols / 128, num_tiles = rows / 128 * col_tiles;
     for (int64_t tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
         const int64_t r0 = tile / col_tiles * 128, c0 = tile % col_tiles * 128;
-        uint4 v[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i)
-            v[i] = *reinterpret_cast<const uint4 *>(x + (r0 + rb * 8 + i) * cols + c0 + cc * 8);
         uint32_t code[8][2];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const uint2 h = high_bytes(v[i]);
-            code[i][0] = h.x;
-            code[i][1] = h.y;
-            *reinterpret_cast<uint2 *>(q + (r0 + rb * 8 + i) * cols + c0 + cc * 8) = h;
-        }
+        block_codes(x, cols, q, r0, c0, rb, cc, code);
         __syncthreads(); /* the previous tile's transposed codes are out */
 #pragma unroll
-        for (int j = 0; j < 8; ++j) { /* column cc*8+j: byte j of each row's word */
-            const int w = j >> 2, s = (j & 3) * 8;
-            uint32_t lo = 0, hi = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                lo |= ((code[i][w] >> s) & 0xffu) << (8 * i);
-                hi |= ((code[i + 4][w] >> s) & 0xffu) << (8 * i);
-            }
+        for (int j = 0; j < 8; ++j) { /* column cc*8+j */
             const int c = cc * 8 + j, unit = rb ^ ((c >> 3) & 15);
-            *reinterpret_cast<uint2 *>(transposed + c * 128 + unit * 8) = make_uint2(lo, hi);
+            *reinterpret_cast<uint2 *>(transposed + c * 128 + unit * 8) = block_column(code, j);
         }
         __syncthreads();
 #pragma unroll
@@ -133,30 +144,13 @@ __global__ void __launch_bounds__(256, 2)
         __syncthreads(); /* the previous stack is out */
         for (int sub = 0; sub < 4; ++sub) {
             const int64_t r0 = s0 + sub * 128;
-            uint4 v[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-                v[i] = *reinterpret_cast<const uint4 *>(x + (r0 + rb * 8 + i) * cols + c0 + cc * 8);
             uint32_t code[8][2];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const uint2 h = high_bytes(v[i]);
-                code[i][0] = h.x;
-                code[i][1] = h.y;
-                *reinterpret_cast<uint2 *>(q + (r0 + rb * 8 + i) * cols + c0 + cc * 8) = h;
-            }
+            block_codes(x, cols, q, r0, c0, rb, cc, code);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const int w = j >> 2, sh = (j & 3) * 8;
-                uint32_t lo = 0, hi = 0;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    lo |= ((code[i][w] >> sh) & 0xffu) << (8 * i);
-                    hi |= ((code[i + 4][w] >> sh) & 0xffu) << (8 * i);
-                }
                 /* row c of the stack, 8-byte unit sub*16 + rb; 16-byte units rotated by c / 8 to spread banks */
                 const int c = cc * 8 + j, unit = sub * 16 + rb, u16 = ((unit >> 1) + (c >> 3)) & 31;
-                *reinterpret_cast<uint2 *>(stack_t + c * 512 + u16 * 16 + (unit & 1) * 8) = make_uint2(lo, hi);
+                *reinterpret_cast<uint2 *>(stack_t + c * 512 + u16 * 16 + (unit & 1) * 8) = block_column(code, j);
             }
         }
         __syncthreads();
