@@ -548,9 +548,12 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
 constexpr int kVariants = 5;
 constexpr int kDefaultVariant = 2;
 /* The default for every launch: per kernel, the variant measured fastest on
- * the H200 (bench_quantize --variant all, bench/results/
- * 2026-11-30_quantize_h200_run3_variants.txt): 2 everywhere but the f32 dual
- * kernel, where 0 is 4-6% faster. */
+ * the H200 (bench_quantize --variant all): 4 for bf16 (its TMA-staged tiles
+ * were 0.5-2% faster than variant 2 in 14 of 15 same-run comparisons over
+ * three runs: bench/results/2026-11-30_quantize_h200_run11_tma.txt,
+ * ..._s3run5_tma_store.txt, 2026-11-30_h200_s3_final.txt; unaligned bf16
+ * runs variant 2's code under it), 0 for the f32 dual kernel (4-6% faster,
+ * ..._run3_variants.txt), 2 for the other f32 kernels. */
 constexpr int kAutoVariant = kVariants;
 
 template <typename In, int kV = kDefaultVariant> struct kernel_shape {
@@ -1047,7 +1050,7 @@ template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
 bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
     static_assert(kVariants == 5, "one branch per variant");
     int v = g_variant.load(std::memory_order_relaxed);
-    if (v == kAutoVariant) v = sizeof(In) == 4 && !kBlock && kQ && kT ? 0 : kDefaultVariant;
+    if (v == kAutoVariant) v = sizeof(In) == 2 ? 4 : !kBlock && kQ && kT ? 0 : kDefaultVariant;
     if (v == 0) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
     if (v == 2) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 2>(ctx, args, fn);
     if (v == 3) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 3>(ctx, args, fn);
