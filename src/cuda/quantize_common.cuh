@@ -486,6 +486,21 @@ __device__ __forceinline__ int col_part_index(int rb, int c) {
     return rb * kTile + ((u ^ ((u >> 3) & 1)) << 2) + (c & 3);
 }
 
+/* Phase B of one 1x128 group of the tile: the max of its 16 partial maxima
+ * (part_at(k), k = 0..15), turned into the group's multiplier (into mult)
+ * and scale (into *scale when the group lies inside x). Returns 1 when the
+ * max is not finite. */
+template <typename PartAt>
+__device__ __forceinline__ int finish_group(PartAt part_at, int pow2, float &mult, float *scale, bool inside) {
+    uint32_t m = 0;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) m = max(m, part_at(k));
+    float s;
+    const int bad = group_multiplier(m, pow2, mult, s);
+    if (inside) *scale = s;
+    return bad;
+}
+
 /* ------------------------------------------------------------------------ */
 /* The kernel                                                                */
 
@@ -764,24 +779,14 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
     } else {
         if (kQ && tid < kTile) {
             const int r = tid;
-            uint32_t m = 0;
-#pragma unroll
-            for (int k = 0; k < 16; ++k) m = max(m, row_part[row_part_index(k, r)]);
-            float mult, scale;
-            nonfinite = group_multiplier(m, a.pow2, mult, scale);
-            row_mult[r] = mult;
-            if (r < p.nr) a.q_scales[p.tc * a.q_scale_ld + p.r0 + r] = scale;
+            nonfinite = finish_group([&](int k) { return row_part[row_part_index(k, r)]; }, a.pow2, row_mult[r],
+                                     a.q_scales + p.tc * a.q_scale_ld + p.r0 + r, r < p.nr);
         }
         const int ct = kQ ? tid - kTile : tid;
         if (kT && ct >= 0 && ct < kTile) {
             const int c = ct;
-            uint32_t m = 0;
-#pragma unroll
-            for (int k = 0; k < 16; ++k) m = max(m, col_part[col_part_index(k, c)]);
-            float mult, scale;
-            nonfinite = group_multiplier(m, a.pow2, mult, scale);
-            col_mult[c] = mult;
-            if (c < p.nc) a.t_scales[p.tr * a.t_scale_ld + p.c0 + c] = scale;
+            nonfinite = finish_group([&](int k) { return col_part[col_part_index(k, c)]; }, a.pow2, col_mult[c],
+                                     a.t_scales + p.tr * a.t_scale_ld + p.c0 + c, c < p.nc);
         }
     }
     /* Groups that lie wholly outside x are all zero, never non-finite. */

@@ -21,6 +21,14 @@ const char *qlayout_name(qlayout layout) {
     }
 }
 
+void *device_image(bfp8_context *ctx, const void *host, size_t bytes) {
+    void *d = NULL;
+    if (bfp8_malloc(ctx, &d, bytes) != BFP8_OK) test_fatal("bfp8_malloc: %s", bfp8_last_error());
+    if (bfp8_copy_to_backend(ctx, d, host, bytes) != BFP8_OK)
+        test_fatal("bfp8_copy_to_backend: %s", bfp8_last_error());
+    return d;
+}
+
 static int64_t round_up(int64_t a, int64_t m) { return (a + m - 1) / m * m; }
 
 void ximage_init(ximage *m, const void *dense, bfp8_dtype dtype, int64_t rows, int64_t cols,

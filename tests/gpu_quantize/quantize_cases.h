@@ -30,6 +30,10 @@ typedef enum qlayout {
 
 const char *qlayout_name(qlayout layout);
 
+/* A copy of `bytes` host bytes in ctx's device memory (fatal on failure):
+ * the GPU tests mirror their images with it. */
+void *device_image(bfp8_context *ctx, const void *host, size_t bytes);
+
 /* x with the layout's ld and alignment, copied from a dense rows x cols source. */
 typedef struct ximage {
     bfp8_matrix x; /* x.data points into img */

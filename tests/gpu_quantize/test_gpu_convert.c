@@ -98,14 +98,6 @@ static void *random_input(bfp8_dtype dtype, int64_t n, uint64_t seed) {
 /* ------------------------------------------------------------------------ */
 /* Device images                                                             */
 
-static void *device_copy(const void *host, size_t bytes) {
-    void *d = NULL;
-    if (bfp8_malloc(gpu, &d, bytes) != BFP8_OK) test_fatal("bfp8_malloc: %s", bfp8_last_error());
-    if (bfp8_copy_to_backend(gpu, d, host, bytes) != BFP8_OK)
-        test_fatal("bfp8_copy_to_backend: %s", bfp8_last_error());
-    return d;
-}
-
 /* A poisoned rows x cols output image of dtype in `layout` (ximage's geometry). */
 static void out_image_init(ximage *m, bfp8_dtype dtype, int64_t rows, int64_t cols, qlayout layout,
                            uint8_t poison) {
@@ -164,7 +156,7 @@ typedef struct device_out {
 static void device_out_init(device_out *d, bfp8_dtype dtype, int64_t rows, int64_t cols, qlayout layout,
                             uint8_t poison) {
     out_image_init(&d->host, dtype, rows, cols, layout, poison);
-    d->img = device_copy(d->host.img, d->host.size);
+    d->img = device_image(gpu, d->host.img, d->host.size);
     d->m = d->host.x;
     d->m.data = d->img + d->host.offset;
 }
@@ -188,7 +180,7 @@ static void run_convert(bfp8_dtype src_t, bfp8_dtype dst_t, int64_t rows, int64_
     for (int sl = 0; sl < QLAYOUT_COUNT; ++sl) {
         ximage xi;
         ximage_init(&xi, dense, src_t, rows, cols, (qlayout)sl);
-        uint8_t *dimg = device_copy(xi.img, xi.size);
+        uint8_t *dimg = device_image(gpu, xi.img, xi.size);
         bfp8_matrix dsrc = xi.x;
         dsrc.data = dimg + xi.offset;
         /* the destination in each layout too, the source's first, then the next */
@@ -248,8 +240,8 @@ static void run_dequantize(bfp8_granularity g, int64_t rows, int64_t cols, uint6
             for (int64_t i = 0; i < rb; ++i)
                 for (int64_t b = 0; b < kb; ++b) q.q.scales[i * q.q.scale_ld + b] = random_scale(&rng);
         }
-        uint8_t *ddata = device_copy(q.data_img, q.data_size);
-        uint8_t *dscale = device_copy(q.scale_img, q.scale_size);
+        uint8_t *ddata = device_image(gpu, q.data_img, q.data_size);
+        uint8_t *dscale = device_image(gpu, q.scale_img, q.scale_size);
         bfp8_qmatrix dq = q.q;
         dq.data = ddata + q.data_offset;
         dq.scales = (float *)(dscale + q.scale_offset);
@@ -299,7 +291,7 @@ static void check_arguments(void) {
     const int64_t rows = 130, cols = 200;
     float *host = test_malloc((size_t)(rows * cols) * 4);
     memset(host, 0, (size_t)(rows * cols) * 4);
-    uint8_t *d_in = device_copy(host, (size_t)(rows * cols) * 4);
+    uint8_t *d_in = device_image(gpu, host, (size_t)(rows * cols) * 4);
     device_out d;
     device_out_init(&d, BFP8_BF16, rows, cols, QLAYOUT_DENSE, 0xab);
     const bfp8_matrix src = {d_in, BFP8_F32, rows, cols, cols};
@@ -323,7 +315,8 @@ static void check_arguments(void) {
 
     qimage q;
     qimage_init(&q, rows, cols, BFP8_GRAN_1X128, QLAYOUT_DENSE, 0x11);
-    uint8_t *ddata = device_copy(q.data_img, q.data_size), *dscale = device_copy(q.scale_img, q.scale_size);
+    uint8_t *ddata = device_image(gpu, q.data_img, q.data_size);
+    uint8_t *dscale = device_image(gpu, q.scale_img, q.scale_size);
     bfp8_qmatrix dq = q.q, t;
     dq.data = ddata + q.data_offset;
     dq.scales = (float *)(dscale + q.scale_offset);

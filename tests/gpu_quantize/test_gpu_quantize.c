@@ -77,14 +77,6 @@ static void free_reference(reference *ref) {
 /* ------------------------------------------------------------------------ */
 /* Device mirrors of host images                                             */
 
-static void *device_copy(const void *host, size_t bytes) {
-    void *d = NULL;
-    if (bfp8_malloc(gpu, &d, bytes) != BFP8_OK) test_fatal("bfp8_malloc: %s", bfp8_last_error());
-    if (bfp8_copy_to_backend(gpu, d, host, bytes) != BFP8_OK)
-        test_fatal("bfp8_copy_to_backend: %s", bfp8_last_error());
-    return d;
-}
-
 typedef struct device_q {
     bfp8_qmatrix q;
     uint8_t *data_img, *scale_img;
@@ -92,8 +84,8 @@ typedef struct device_q {
 
 /* A device image of m (poisoned like it), with q pointing at the same offsets. */
 static void device_q_init(device_q *d, const qimage *m) {
-    d->data_img = device_copy(m->data_img, m->data_size);
-    d->scale_img = device_copy(m->scale_img, m->scale_size);
+    d->data_img = device_image(gpu, m->data_img, m->data_size);
+    d->scale_img = device_image(gpu, m->scale_img, m->scale_size);
     d->q = m->q;
     d->q.data = d->data_img + m->data_offset;
     d->q.scales = (float *)(d->scale_img + m->scale_offset);
@@ -127,7 +119,7 @@ static void run_case(const ximage *xi, const bfp8_matrix *dx, int pow2, int mode
     device_q dq, dt;
     device_q_init(&dq, &q);
     device_q_init(&dt, &t);
-    uint32_t *dflag = device_copy(&flag_init, sizeof flag_init);
+    uint32_t *dflag = device_image(gpu, &flag_init, sizeof flag_init);
     const bfp8_quantize_options o = {pow2, dflag};
     const bfp8_quantize_options *op = with_options ? &o : NULL;
 
@@ -182,7 +174,7 @@ static void run_input(bfp8_dtype dtype, int64_t rows, int64_t cols, unsigned fil
     for (int layout = 0; layout < layouts_to_run; ++layout) {
         ximage xi;
         ximage_init(&xi, dense, dtype, rows, cols, (qlayout)layout);
-        uint8_t *dimg = device_copy(xi.img, xi.size);
+        uint8_t *dimg = device_image(gpu, xi.img, xi.size);
         bfp8_matrix dx = xi.x;
         dx.data = dimg + xi.offset;
         for (int mode = 0; mode < MODE_COUNT; ++mode) {
