@@ -8,8 +8,10 @@
  * Environment (for benchmarking and debugging):
  *   BFP8_GEMM_CONFIG="bm=128,bn=192,cm=2,cn=1"  force a configuration: tile bm x bn (bm 128
  *                                         unless given), cluster of cm x cn tiles; "pipe=1"
- *                                         with bn=128: two accumulators; "store=direct": bf16
- *                                         output stored from registers, not by TMA
+ *                                         with bn=128: two accumulators (1D2D only); "store=direct": bf16
+ *                                         output stored from registers, not by TMA;
+ *                                         "split=N": the last wave's tiles in N k-slices
+ *                                         (1: never split; the default chooses)
  *   BFP8_GEMM_TRACE=1                     print the configuration of each call
  */
 #include <math.h>
@@ -58,7 +60,83 @@ struct Config {
     int pipelined; /* two accumulators: wgmma of k-block kb+1 runs while kb is promoted */
     int cm, cn;    /* cluster of cm x cn tiles: A shared by cn CTAs, B by cm CTAs */
     int direct_store; /* bf16 output stored from registers, not by TMA through shared memory */
+    int split;        /* k-slices per tile of the last wave: 0 chosen per shape, 1 never, N forced */
 };
+
+/* ------------------------------------------------------------------------ */
+/* Splitting the last wave along K                                           */
+
+/* The cost of one k-slice's exchange (its partial tile stored, or one
+ * partial read and added by slice 0), in k-blocks of main-loop time: a
+ * 192x128 fp32 partial is 96 KiB against the 40 KiB of operands that one
+ * k-block loads. */
+constexpr double SPLIT_COST_K_BLOCKS = 2.5;
+constexpr int SPLIT_MAX = 16;
+
+struct SplitPlan {
+    int64_t whole; /* tiles done whole, first */
+    int split;     /* k-slices of each remaining tile (1: none) */
+    double tail_waves; /* time of the last wave, in whole-tile times (0: no partial wave) */
+};
+
+/* Tiles over `slots` resident CTAs: the full waves run whole; the tiles of a
+ * partial last wave are split into the number of k-slices (at most
+ * slots / tail of them, so they all run at once) that minimises the modelled
+ * time of that wave, where splitting pays. requested: 0 choose, 1 never,
+ * N >= 2 that many (within the same limits). */
+SplitPlan plan_split(int64_t tiles, int slots, int num_k_blocks, int requested) {
+    const int64_t tail = tiles % slots;
+    SplitPlan plan = {tiles, 1, tail ? 1.0 : 0.0};
+    if (tail == 0 || requested == 1) return plan;
+    int most = (int)(slots / tail);
+    if (most > SPLIT_MAX) most = SPLIT_MAX;
+    if (most > num_k_blocks) most = num_k_blocks;
+    double best = num_k_blocks;
+    for (int s = 2; s <= most; ++s) {
+        const double t = (double)bfp8_ceil_div(num_k_blocks, s) + SPLIT_COST_K_BLOCKS * s;
+        if (requested >= 2 ? s == requested || (s == most && requested > most) : t < best) {
+            best = t;
+            plan.split = s;
+        }
+    }
+    if (plan.split > 1) {
+        plan.whole = tiles - tail;
+        plan.tail_waves = best / num_k_blocks;
+    }
+    return plan;
+}
+
+/* Device memory for the exchange, made on first use: the flags (zeroed
+ * once; slice 0 returns each to zero) and room for a partial BM x BN fp32
+ * tile (BM * BN <= 192 * 128) per resident CTA. NULL if it cannot be had:
+ * the GEMM then does not split. */
+struct SplitWorkspace {
+    unsigned *counters;
+    float *partials;
+};
+constexpr int SPLIT_MAX_TILE_FLOATS = 192 * 128;
+
+SplitWorkspace split_workspace(const bfp8_context *ctx) {
+    bfp8_cuda_state *st = bfp8_cuda_state_of(ctx);
+    const size_t counter_bytes = ((size_t)st->num_sms * 3 * sizeof(unsigned) + 255) / 256 * 256;
+    if (!st->gemm_split_workspace) {
+        const size_t bytes = counter_bytes + (size_t)st->num_sms * SPLIT_MAX_TILE_FLOATS * sizeof(float);
+        void *w = nullptr;
+        if (cudaMalloc(&w, bytes) != cudaSuccess) {
+            cudaGetLastError();
+            return SplitWorkspace{nullptr, nullptr};
+        }
+        if (cudaMemsetAsync(w, 0, counter_bytes, bfp8_stream_of(ctx)) != cudaSuccess) {
+            cudaGetLastError();
+            cudaFree(w);
+            return SplitWorkspace{nullptr, nullptr};
+        }
+        st->gemm_split_workspace = w;
+        st->gemm_split_workspace_bytes = bytes;
+    }
+    uint8_t *w = static_cast<uint8_t *>(st->gemm_split_workspace);
+    return SplitWorkspace{reinterpret_cast<unsigned *>(w), reinterpret_cast<float *>(w + counter_bytes)};
+}
 
 const char *const TMA_OUT_NAMES[] = {"registers", "tma-bf16", "tma-f32", "tma-f32-add"};
 
@@ -144,14 +222,15 @@ template <bool B_1X128> int max_active_clusters(const Config &c, const bfp8_cont
         return Kernel<BM_, BN_, CM_, CN_, B_1X128, PIPE_>::max_active_clusters(ctx);
     BFP8_CASE(128, 128, 0, 1, 1) BFP8_CASE(128, 128, 0, 2, 1) BFP8_CASE(128, 128, 0, 1, 2)
     BFP8_CASE(128, 192, 0, 1, 1) BFP8_CASE(128, 192, 0, 2, 1) BFP8_CASE(128, 192, 0, 1, 2)
-    BFP8_CASE(192, 128, 0, 1, 1) BFP8_CASE(128, 128, 1, 1, 1)
+    BFP8_CASE(192, 128, 0, 1, 1)
+    if constexpr (!B_1X128) { BFP8_CASE(128, 128, 1, 1, 1) } /* no two-accumulator 1D1D kernel */
 #undef BFP8_CASE
     return 0;
 }
 
 /* The configuration with the least estimated time: waves of resident
  * clusters times the cost of one CTA tile (its width over its speed). */
-template <bool B_1X128> Config choose_config(int m, int n, const bfp8_context *ctx) {
+template <bool B_1X128> Config choose_config(int m, int n, int num_k_blocks, const bfp8_context *ctx) {
     Config best = CANDIDATES[0];
     double best_time = INFINITY;
     for (int i = 0; i < NUM_CANDIDATES; ++i) {
@@ -160,33 +239,39 @@ template <bool B_1X128> Config choose_config(int m, int n, const bfp8_context *c
         if (slots < 1) continue;
         const int64_t cluster_tiles =
             bfp8_ceil_div(bfp8_ceil_div(m, c.bm), c.cm) * bfp8_ceil_div(bfp8_ceil_div(n, c.bn), c.cn);
-        const int64_t waves = (cluster_tiles + slots - 1) / slots;
-        const double time = (double)waves * c.bm * c.bn / CANDIDATE_SPEED[B_1X128 ? 1 : 0][i];
+        const bool splits = bfp8_gemm::can_split(c.bm, c.bn, c.cm, c.cn, B_1X128, c.pipelined);
+        const SplitPlan plan = plan_split(cluster_tiles, slots, num_k_blocks, splits ? 0 : 1);
+        const double waves = (double)(plan.whole / slots) + plan.tail_waves;
+        const double time = waves * c.bm * c.bn / CANDIDATE_SPEED[B_1X128 ? 1 : 0][i];
         if (time < best_time * (1.0 - 1e-9)) {
             best_time = time;
             best = c;
         }
     }
     if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) { /* e.g. "bm=128,bn=192,cm=2,cn=1" */
-        Config f = best;
         const char *bm = strstr(forced, "bm="), *bn = strstr(forced, "bn="), *m_ = strstr(forced, "cm="),
-                   *n_ = strstr(forced, "cn="), *pipe = strstr(forced, "pipe=");
-        f.bm = bm ? atoi(bm + 3) : 128;
-        f.direct_store = strstr(forced, "store=direct") != nullptr;
-        f.pipelined = pipe ? atoi(pipe + 5) : 0;
-        if (bn) f.bn = atoi(bn + 3);
-        if (m_) f.cm = atoi(m_ + 3);
-        if (n_) f.cn = atoi(n_ + 3);
-        for (int i = 0; i < NUM_CANDIDATES; ++i)
-            if (CANDIDATES[i].bm == f.bm && CANDIDATES[i].bn == f.bn && CANDIDATES[i].pipelined == f.pipelined &&
-                CANDIDATES[i].cm == f.cm && CANDIDATES[i].cn == f.cn)
-                best = f;
+                   *n_ = strstr(forced, "cn="), *pipe = strstr(forced, "pipe="), *split = strstr(forced, "split=");
+        if (bm || bn || m_ || n_ || pipe) { /* a tile; else the chosen one */
+            Config f = best;
+            f.bm = bm ? atoi(bm + 3) : 128;
+            f.pipelined = pipe ? atoi(pipe + 5) : 0;
+            if (bn) f.bn = atoi(bn + 3);
+            if (m_) f.cm = atoi(m_ + 3);
+            if (n_) f.cn = atoi(n_ + 3);
+            for (int i = 0; i < NUM_CANDIDATES; ++i)
+                if (CANDIDATES[i].bm == f.bm && CANDIDATES[i].bn == f.bn && CANDIDATES[i].pipelined == f.pipelined &&
+                    CANDIDATES[i].cm == f.cm && CANDIDATES[i].cn == f.cn && max_active_clusters<B_1X128>(f, ctx) > 0)
+                    best = f;
+        }
+        best.direct_store = strstr(forced, "store=direct") != nullptr;
+        best.split = split ? atoi(split + 6) : 0;
     }
     return best;
 }
 
 template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED, int TMA_OUT>
-bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, Params p) {
+bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                   Params p) {
     using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT>;
     CUtensorMap tmap_a, tmap_b, tmap_sa, tmap_sb;
     BFP8_TRY(operand_map(&tmap_a, a, BM / CN, "a"));
@@ -204,15 +289,31 @@ bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qm
     if (max_clusters < 1)
         return bfp8_fail(BFP8_ERR_CUDA, "no cluster of %d CTAs of the GEMM kernel fits on this GPU", K::CLUSTER);
     const int64_t cluster_tiles = bfp8_ceil_div(p.num_m_tiles, CM) * bfp8_ceil_div(p.num_n_tiles, CN);
-    const int64_t clusters = cluster_tiles < max_clusters ? cluster_tiles : max_clusters;
+    constexpr bool SPLITS = bfp8_gemm::can_split(BM, BN, CM, CN, B_1X128, PIPELINED);
+    SplitPlan plan = plan_split(cluster_tiles, max_clusters, p.num_k_blocks, SPLITS ? c.split : 1);
+    if (plan.split > 1) {
+        const SplitWorkspace ws = split_workspace(ctx);
+        if (ws.counters) {
+            p.split_counters = ws.counters;
+            p.split_partials = ws.partials;
+        } else {
+            plan = plan_split(cluster_tiles, max_clusters, p.num_k_blocks, 1);
+        }
+    }
+    p.num_whole_tiles = (int)plan.whole;
+    p.split = plan.split;
+    p.num_units = (int)(plan.whole + (cluster_tiles - plan.whole) * plan.split);
+    const int64_t clusters = p.num_units < max_clusters ? p.num_units : max_clusters;
     cudaLaunchAttribute attr;
     cudaLaunchConfig_t cfg = K::launch_config(ctx, &attr, (unsigned)(clusters * K::CLUSTER));
 
     if (env_or_null("BFP8_GEMM_TRACE"))
         fprintf(stderr,
-                "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d grid=%u (max clusters %d) out=%s\n",
+                "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d grid=%u (max clusters %d) "
+                "out=%s tiles=%lld split=%d of the last %lld\n",
                 B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, cfg.gridDim.x,
-                max_clusters, TMA_OUT_NAMES[TMA_OUT]);
+                max_clusters, TMA_OUT_NAMES[TMA_OUT], (long long)cluster_tiles, p.split,
+                (long long)(cluster_tiles - plan.whole));
     CUtensorMap tmap_d = tmap_a; /* unused unless TMA_OUT */
     if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
@@ -228,9 +329,9 @@ bfp8_status launch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qm
 template <int BM, int BN, bool B_1X128, int TMA_OUT>
 bfp8_status launch_cluster(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const Params &p) {
-    if (c.cm == 2) return launch<BM, BN, 2, 1, B_1X128, false, TMA_OUT>(ctx, a, b, p);
-    if (c.cn == 2) return launch<BM, BN, 1, 2, B_1X128, false, TMA_OUT>(ctx, a, b, p);
-    return launch<BM, BN, 1, 1, B_1X128, false, TMA_OUT>(ctx, a, b, p);
+    if (c.cm == 2) return launch<BM, BN, 2, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
+    if (c.cn == 2) return launch<BM, BN, 1, 2, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
+    return launch<BM, BN, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
 }
 
 template <bool B_1X128, int TMA_OUT>
@@ -238,17 +339,18 @@ bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_q
                           const Params &p) {
     /* three math warpgroups leave no registers for the cluster bookkeeping;
      * their staging buffers cost stages */
-    if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, TMA_OUT>(ctx, a, b, p);
-    /* (the 1D1D two-accumulator kernel has no registers for the staging: it spills) */
-    if (c.pipelined)
-        return launch<128, 128, 1, 1, B_1X128, true, B_1X128 ? bfp8_gemm::TMA_NONE : TMA_OUT>(ctx, a, b, p);
+    if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
+    /* 1D2D only: the 1D1D two-accumulator kernel (B's scales to load too)
+     * spills, and was the slowest 1D1D configuration before it did */
+    if constexpr (!B_1X128)
+        if (c.pipelined) return launch<128, 128, 1, 1, B_1X128, true, TMA_OUT>(c, ctx, a, b, p);
     if (c.bn == 192) return launch_cluster<128, 192, B_1X128, TMA_OUT>(c, ctx, a, b, p);
     return launch_cluster<128, 128, B_1X128, TMA_OUT>(c, ctx, a, b, p);
 }
 
 template <bool B_1X128>
 bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p) {
-    const Config c = choose_config<B_1X128>(p.m, p.n, ctx);
+    const Config c = choose_config<B_1X128>(p.m, p.n, p.num_k_blocks, ctx);
     /* Outputs through shared memory and the TMA unit where it can address D
      * (16-byte aligned base and rows): 1D2D's bf16; 1D1D's f32, stored, or
      * added into D when D is the C accumulated (gradient accumulation). */

@@ -26,7 +26,14 @@
  *     go from registers to global memory (accumulate into another C,
  *     unaligned D);
  *   - tiles are handed out round-robin over a grouped ("swizzled") order so
- *     that the tiles in flight at one time share A and B rows in L2.
+ *     that the tiles in flight at one time share A and B rows in L2;
+ *   - the last, partial wave of tiles is split along K (single-CTA tiles):
+ *     each of its tiles becomes `split` units of consecutive k-blocks, run
+ *     at once on otherwise idle SMs. Slices 1.. store their fp32 partial
+ *     tile to a workspace and count themselves in on a flag; slice 0 waits
+ *     for them, adds the partials in slice order (the same sum whatever the
+ *     timing) and writes the tile. All units of the last wave are resident
+ *     together (the grid is), so the wait always ends.
  */
 #pragma once
 
@@ -80,7 +87,76 @@ struct Params {
     int64_t ldc;
     int output_kind;
     int paired_stores; /* two adjacent outputs can be stored as one aligned word */
+    /* Work units, in tile order: num_whole_tiles whole tiles, then each
+     * remaining tile as `split` k-slices (split == 1: every tile whole). */
+    int num_whole_tiles;
+    int split;
+    int num_units;
+    float *split_partials;     /* per slice >= 1: BM x BN floats, per warpgroup, thread-interleaved */
+    unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
 };
+
+/* Whether a configuration splits its last wave: single-CTA tiles whose
+ * registers allow it (1D1D with BN=192 or two accumulators spills with the
+ * unit bookkeeping live in the k-loop). */
+__host__ __device__ constexpr bool can_split(int bm, int bn, int cm, int cn, bool b_1x128, bool pipelined) {
+    return cm * cn == 1 && !(b_1x128 && (bn > 128 || pipelined)) && bm > 0;
+}
+
+/* Work unit u: its tile, its k-blocks [kb0, kb1), and its index among the
+ * split units (-1 for a whole tile). */
+struct Unit {
+    int tile, kb0, kb1, tail;
+};
+__device__ __forceinline__ Unit unit_at(const Params &p, int u) {
+    if (u < p.num_whole_tiles) return Unit{u, 0, p.num_k_blocks, -1};
+    const int tail = u - p.num_whole_tiles, slice = tail % p.split;
+    return Unit{p.num_whole_tiles + tail / p.split, slice * p.num_k_blocks / p.split,
+                (slice + 1) * p.num_k_blocks / p.split, tail};
+}
+
+/* A k-slice's end of the last wave (see the top of the file), for one math
+ * warpgroup's 64 x BN part of the tile; tail is the unit's index among the
+ * split units. Returns whether this thread holds the finished tile (slice 0)
+ * and so writes it out. */
+template <int MATH_WG, int ACC>
+__device__ __forceinline__ bool combine_k_slices(const Params &p, int tail, int warpgroup, float (&fin)[ACC]) {
+    using namespace bfp8_sm90;
+    const int thread = (int)threadIdx.x % 128, slice = tail % p.split;
+    unsigned *counter = p.split_counters + (tail / p.split) * MATH_WG + warpgroup;
+    /* thread-interleaved float4s: a warp's accesses cover 512 contiguous bytes */
+    auto partial = [&](int unit) {
+        return reinterpret_cast<float4 *>(p.split_partials) + (int64_t)(unit * MATH_WG + warpgroup) * (ACC / 4) * 128 +
+               thread;
+    };
+    if (slice != 0) {
+        float4 *mine = partial(tail);
+#pragma unroll
+        for (int i = 0; i < ACC / 4; ++i)
+            __stcg(mine + 128 * i, make_float4(fin[4 * i], fin[4 * i + 1], fin[4 * i + 2], fin[4 * i + 3]));
+        __threadfence();
+        named_barrier_sync(1 + warpgroup, 128);
+        if (thread == 0) red_release_gpu_add(counter, 1u);
+        return false;
+    }
+    if (thread == 0) {
+        while (ld_acquire_gpu(counter) != (unsigned)(p.split - 1)) __nanosleep(32);
+        *counter = 0u; /* every other slice has counted in: ready for the next launch */
+    }
+    named_barrier_sync(1 + warpgroup, 128);
+    for (int s = 1; s < p.split; ++s) {
+        const float4 *other = partial(tail + s);
+#pragma unroll
+        for (int i = 0; i < ACC / 4; ++i) {
+            const float4 v = __ldcg(other + 128 * i);
+            fin[4 * i] += v.x;
+            fin[4 * i + 1] += v.y;
+            fin[4 * i + 2] += v.z;
+            fin[4 * i + 3] += v.w;
+        }
+    }
+    return true;
+}
 
 /* TMA_OUT: output tiles go out through shared memory and TMA (boxes of 64
  * rows x 128 bytes, 128-byte swizzle), one 64 x BN buffer per math
@@ -172,6 +248,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     static_assert(BN % 64 == 0 && BN <= 256, "BN must be a multiple of 64");
     static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
     constexpr int CLUSTER = CM * CN;
+    constexpr bool SPLITS = can_split(BM, BN, CM, CN, B_1X128, PIPELINED);
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -209,7 +286,6 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     const int cluster_id = blockIdx.x / CLUSTER;
     const int num_cluster_rows = (p.num_m_tiles + CM - 1) / CM;
     const int num_cluster_cols = (p.num_n_tiles + CN - 1) / CN;
-    const int num_tiles = num_cluster_rows * num_cluster_cols;
 
     if (warpgroup == W::MATH_WG) {
         /* ---------------- producer ---------------- */
@@ -217,11 +293,12 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         if (threadIdx.x == PRODUCER_THREAD) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int t = cluster_id; t < num_tiles; t += num_clusters) {
+            for (int u = cluster_id; u < p.num_units; u += num_clusters) {
+                const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks, -1};
                 int cluster_row, cluster_col;
-                tile_coordinates(t, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
+                tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
                 const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
-                for (int kb = 0; kb < p.num_k_blocks; ++kb) {
+                for (int kb = w.kb0; kb < w.kb1; ++kb) {
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], L::STAGE_BYTES);
                     const int k0 = kb * BLOCK_K;
@@ -271,16 +348,18 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const uint32_t sa_kept = KEEP ? smem_u32(smem_sa + row_in_tile) : 0u;
         const uint32_t sb_kept = KEEP && B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
 
-        for (int t = cluster_id; t < num_tiles; t += num_clusters) {
+        for (int u = cluster_id; u < p.num_units; u += num_clusters) {
+            const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks, -1};
             int cluster_row, cluster_col;
-            tile_coordinates(t, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
+            tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
             const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
             /* 1D2D: the tile's columns meet at most two 128-column scale blocks
              * (a tile past the last column reads the last block and stores nothing) */
             const int nb0 = min(n0 / 128, p.num_b_blocks - 1), nb1 = min(nb0 + 1, p.num_b_blocks - 1);
             const int split = 128 - (n0 % 128); /* first column of block nb1 */
-            const float *b_scales0 = p.b_block_scales + nb0 * p.b_block_scale_ld;
-            const float *b_scales1 = p.b_block_scales + nb1 * p.b_block_scale_ld;
+            /* B's scales of the unit's first k-block */
+            const float *b_scales0 = p.b_block_scales + nb0 * p.b_block_scale_ld + w.kb0;
+            const float *b_scales1 = p.b_block_scales + nb1 * p.b_block_scale_ld + w.kb0;
 
 #pragma unroll
             for (int i = 0; i < ACC; ++i) fin[i] = 0.0f;
@@ -394,7 +473,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * cap its five copies spill. */
             auto mainloop = [&](const int split_tag) {
                 constexpr bool UNROLL_STAGES = !B_1X128 || STAGES <= 4;
-                const int nk = p.num_k_blocks;
+                const int nk = w.kb1 - w.kb0;
                 /* B's scales of k-block kb, advanced with it (loads at
                  * immediate offsets, not an address made per k-block) */
                 const float *bs0 = b_scales0, *bs1 = b_scales1;
@@ -417,7 +496,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * accumulator) while kb is promoted, so each warpgroup keeps the
              * tensor core busy by itself. Costs ACC more registers (BN=128 only). */
             auto mainloop_pipelined = [&]() {
-                const int nk = p.num_k_blocks;
+                const int nk = w.kb1 - w.kb0;
                 int s0 = stage, s1 = 0;
                 float sb00 = 0.0f, sb01 = 0.0f, sb10 = 0.0f, sb11 = 0.0f;
                 /* one group (acc) in flight at the top of every iteration */
@@ -460,6 +539,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 if (split == 128) mainloop(128);
                 else mainloop(64);
             }
+            /* (the unit's place among the split ones, remade from u: one register less in the loop) */
+            if (SPLITS && u >= p.num_whole_tiles &&
+                !combine_k_slices<W::MATH_WG>(p, u - p.num_whole_tiles, warpgroup, fin))
+                continue;
 
             if constexpr (TMA_OUT != TMA_NONE) {
                 /* Into this warpgroup's staging buffer, in the 128-byte

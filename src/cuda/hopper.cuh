@@ -148,6 +148,17 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 /* ------------------------------------------------------------------------ */
 /* Clusters                                                                  */
 
+/* A flag in global memory shared by CTAs: a release add (after the writer's
+ * data stores and a fence) and an acquire read (before the reader's loads). */
+__device__ __forceinline__ void red_release_gpu_add(unsigned *p, unsigned v) {
+    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
 __device__ __forceinline__ uint32_t cluster_cta_rank() {
     uint32_t r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));

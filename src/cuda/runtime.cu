@@ -40,6 +40,7 @@ void bfp8_cuda_context_release(bfp8_context *ctx) {
     cudaSetDevice(ctx->device);
     if (st->cublaslt) cublasLtDestroy((cublasLtHandle_t)st->cublaslt);
     if (st->cublaslt_workspace) cudaFree(st->cublaslt_workspace);
+    if (st->gemm_split_workspace) cudaFree(st->gemm_split_workspace);
     free(st);
     ctx->cuda_state = NULL;
 }

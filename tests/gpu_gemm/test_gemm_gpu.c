@@ -209,6 +209,35 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
     operand_free(&b);
 }
 
+/* The same product twice, bit for bit: a split tile's slices are summed in
+ * slice order, whichever finishes first. */
+static void check_repeatable(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, int64_t contraction,
+                             uint64_t seed) {
+    operand a, b;
+    operand_make(&a, out_rows, contraction, BFP8_GRAN_1X128, 0, seed);
+    operand_make(&b, out_cols, contraction, kind == GEMM_1D2D ? BFP8_GRAN_128X128 : BFP8_GRAN_1X128, 0, seed + 1);
+    const bfp8_dtype dt = kind == GEMM_1D2D ? BFP8_BF16 : BFP8_F32;
+    const size_t bytes = (size_t)(out_rows * out_cols) * bfp8_dtype_size(dt);
+    bfp8_matrix d = {gpu_alloc(bytes), dt, out_rows, out_cols, out_cols};
+    unsigned char *first = test_malloc(bytes), *again = test_malloc(bytes);
+    for (int rep = 0; rep < 2; ++rep) {
+        poison(&d);
+        if (kind == GEMM_1D2D) CHECK_OK(bfp8_gemm_1d2d(gpu, &a.dev, &b.dev, &d));
+        else CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, NULL, &d));
+        CHECK_OK(bfp8_context_synchronize(gpu));
+        bfp8_copy_to_host(gpu, rep ? again : first, d.data, bytes);
+    }
+    CHECK(memcmp(first, again, bytes) == 0, "%s %lldx%lld over %lld: two calls differ", kind == GEMM_1D2D ? "1d2d" : "1d1d",
+          (long long)out_rows, (long long)out_cols, (long long)contraction);
+    printf("  repeatable %s %lldx%lld over %lld [%s]\n", kind == GEMM_1D2D ? "1d2d" : "1d1d", (long long)out_rows,
+           (long long)out_cols, (long long)contraction, getenv("BFP8_GEMM_CONFIG") ? getenv("BFP8_GEMM_CONFIG") : "auto");
+    free(first);
+    free(again);
+    bfp8_free(gpu, d.data);
+    operand_free(&a);
+    operand_free(&b);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Timing (--time): every configuration on the TARGETS.md shapes             */
 
@@ -356,7 +385,22 @@ int main(int argc, char **argv) {
         run_case(GEMM_1D1D, 300, 260, 1000, BFP8_F32, 2, TEST_FILL_HARD, seed++);
         run_case(GEMM_1D1D, 520, 392, 133, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
     }
+    /* the last wave split along K (few tiles, long K: every tile split), with
+     * slices of one k-block up to the most slices, and ragged edges */
+    static const struct { const char *config; int kind; int64_t m, n, k; int accumulate; } splits[] = {
+        {"split=16", GEMM_1D2D, 64, 128, 4096, 0},       {"split=2", GEMM_1D2D, 129, 2112, 1000, 0},
+        {"bn=192,split=3", GEMM_1D2D, 300, 200, 4096, 0}, {"bm=192,bn=128,split=5", GEMM_1D2D, 1000, 136, 4097, 0},
+        {"split=8", GEMM_1D1D, 300, 260, 1000, 2},        {"bm=192,bn=128,split=7", GEMM_1D1D, 520, 392, 4097, 1},
+        {"split=1", GEMM_1D1D, 127, 129, 4096, 0},
+    };
+    for (size_t i = 0; i < sizeof splits / sizeof splits[0]; ++i) {
+        setenv("BFP8_GEMM_CONFIG", splits[i].config, 1);
+        run_case(splits[i].kind, splits[i].m, splits[i].n, splits[i].k,
+                 splits[i].kind == GEMM_1D2D ? BFP8_BF16 : BFP8_F32, splits[i].accumulate, TEST_FILL_HARD, seed++);
+    }
     unsetenv("BFP8_GEMM_CONFIG");
+    check_repeatable(GEMM_1D2D, 384, 1024, 8192, seed++);
+    check_repeatable(GEMM_1D1D, 512, 1024, 18432, seed++);
     /* wgrad shapes that crash other implementations, and ragged token counts */
     static const int64_t wg[][3] = {/* N, K, M tokens */ {1536, 256, 2048}, {512, 1024, 147456 / 8},
                                     {768, 768, 133},  {768, 256, 1},    {256, 768, 4095},
