@@ -261,7 +261,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
 
     /* through a shuffle, so the compiler knows it is the same in the whole
      * warp and keeps what derives from it (descriptors) in uniform registers */
-    const int warpgroup = PIPELINED && B_1X128 ? (int)threadIdx.x / 128 : __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
+    const int warpgroup = __shfl_sync(0xffffffffu, (int)threadIdx.x / 128, 0);
     const uint32_t cta_rank = CLUSTER > 1 ? cluster_cta_rank() : 0;
     const int cm = (int)cta_rank % CM, cn = (int)cta_rank / CM; /* my place in the cluster tile */
     /* CTAs that share my A tile (same cm) and my B tile (same cn) */
@@ -331,22 +331,19 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4; /* and row_in_tile + 8 */
         const int col_in_chunk = 2 * (lane % 4);
         float fin[ACC], acc[ACC];
-        float acc2[ACC]; /* PIPELINED only (else unused, no registers): the next k-block's wgmma */
+        float acc2[ACC]; /* PIPELINED only (1D2D; else unused, no registers): the next k-block's wgmma */
         int stage = 0;
         uint32_t phase = 0;
         /* Shared-memory addresses and descriptors of stage 0, made once: stage s
          * is a constant offset away, so the k-loop converts no generic pointer
          * (in SASS that conversion re-read the CTA's shared window every
          * k-block, and under BM=192's register cap the compiler remade
-         * thread-index terms too). The 1D1D PIPELINED kernel, with two
-         * accumulators live and B's scales to load, has no registers to keep
-         * them in (it spills): it makes them at each use. */
-        constexpr bool KEEP = !(PIPELINED && B_1X128);
-        const uint32_t full_kept = KEEP ? smem_u32(full) : 0u, empty_kept = KEEP ? smem_u32(empty) : 0u;
-        const uint32_t desc_a_kept = KEEP ? wgmma_desc_lo(smem_a + warpgroup * 64 * BLOCK_K) : 0u;
-        const uint32_t desc_b_kept = KEEP ? wgmma_desc_lo(smem_b) : 0u;
-        const uint32_t sa_kept = KEEP ? smem_u32(smem_sa + row_in_tile) : 0u;
-        const uint32_t sb_kept = KEEP && B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
+         * thread-index terms too). */
+        const uint32_t full_kept = smem_u32(full), empty_kept = smem_u32(empty);
+        const uint32_t desc_a_kept = wgmma_desc_lo(smem_a + warpgroup * 64 * BLOCK_K);
+        const uint32_t desc_b_kept = wgmma_desc_lo(smem_b);
+        const uint32_t sa_kept = smem_u32(smem_sa + row_in_tile);
+        const uint32_t sb_kept = B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
 
         for (int u = cluster_id; u < p.num_units; u += num_clusters) {
             const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks, -1};
@@ -372,16 +369,9 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     sb0 = __ldg(bs0);
                     sb1 = BN > 128 ? __ldg(bs1) : sb0;
                 }
-                uint32_t desc_a, desc_b;
-                if constexpr (!KEEP) {
-                    mbar_wait(&full[s], ph);
-                    desc_a = wgmma_desc_lo(smem_a + s * L::A_BYTES + warpgroup * 64 * BLOCK_K);
-                    desc_b = wgmma_desc_lo(smem_b + s * L::B_BYTES);
-                } else {
-                    mbar_wait_at(full_kept + 8 * s, ph);
-                    desc_a = desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4);
-                    desc_b = desc_b_kept + (uint32_t)s * (L::B_BYTES >> 4);
-                }
+                mbar_wait_at(full_kept + 8 * s, ph);
+                const uint32_t desc_a = desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4);
+                const uint32_t desc_b = desc_b_kept + (uint32_t)s * (L::B_BYTES >> 4);
                 fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
@@ -403,7 +393,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 /* this warp is done with the stage: its wgmma finished, its scales are read */
                 __syncwarp();
                 if (lane == 0) {
-                    const uint32_t bar = KEEP ? empty_kept + 8 * s : smem_u32(&empty[s]);
+                    const uint32_t bar = empty_kept + 8 * s;
                     if constexpr (CLUSTER == 1) {
                         mbar_arrive_at(bar);
                     } else {
@@ -414,21 +404,13 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             };
             auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1, const int SPLIT) {
                 fence_accumulators(acc);
-                float sa0, sa1;
-                if constexpr (!KEEP) {
-                    sa0 = smem_sa[s * BM + row_in_tile];
-                    sa1 = smem_sa[s * BM + row_in_tile + 8];
-                } else {
-                    sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
-                    sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
-                }
+                const float sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
+                const float sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
                 if constexpr (!B_1X128) release_stage(s); /* 1D2D: nothing more to read from it */
                 if constexpr (B_1X128) {
-                    const float *sb = smem_sb + s * BN + col_in_chunk;
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
-                        const float2 v = KEEP ? ld_shared_f32x2(sb_kept + (uint32_t)(s * BN + 8 * j) * 4)
-                                              : *reinterpret_cast<const float2 *>(sb + 8 * j);
+                        const float2 v = ld_shared_f32x2(sb_kept + (uint32_t)(s * BN + 8 * j) * 4);
                         fin[4 * j + 0] += (sa0 * v.x) * acc[4 * j + 0];
                         fin[4 * j + 1] += (sa0 * v.y) * acc[4 * j + 1];
                         fin[4 * j + 2] += (sa1 * v.x) * acc[4 * j + 2];
@@ -531,7 +513,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             /* A BN=128 tile lies inside one 128-column block of B; a BN=192 tile
              * starts at column 0 or 64 of a block and so splits at 128 or 64. */
             if constexpr (PIPELINED) {
-                static_assert(BN == 128, "two accumulators fit in registers only for BN=128");
+                static_assert(BN == 128 && !B_1X128, "two accumulators: 1D2D with BN=128 only");
                 mainloop_pipelined();
             } else if constexpr (B_1X128 || BN <= 128) {
                 mainloop(BN);
