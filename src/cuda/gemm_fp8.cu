@@ -173,14 +173,15 @@ template <int BM, int BN, bool B_1X128, int TMA_OUT> constexpr int stages_for() 
     return fit > 8 ? 8 : fit;
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false, int TMA_OUT = bfp8_gemm::TMA_NONE>
+template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false, int TMA_OUT = bfp8_gemm::TMA_NONE,
+          bool SPLITS = false>
 struct Kernel {
     static constexpr int STAGES = stages_for<BM, BN, B_1X128, TMA_OUT>();
     static constexpr int CLUSTER = CM * CN;
     using Layout = bfp8_gemm::SharedLayout<BM, BN, B_1X128, STAGES, TMA_OUT>;
     static_assert(Layout::TOTAL <= 227 * 1024, "shared memory");
     static constexpr auto function =
-        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED, TMA_OUT>;
+        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED, TMA_OUT, SPLITS>;
 
     static cudaLaunchConfig_t launch_config(const bfp8_context *ctx, cudaLaunchAttribute *attr, unsigned ctas) {
         cudaLaunchConfig_t cfg = {};
@@ -285,7 +286,7 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     p.num_m_tiles = (int)bfp8_ceil_div(p.m, BM);
     p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
     p.group_m = 16 / CM;
-    const int max_clusters = K::max_active_clusters(ctx);
+    const int max_clusters = K::max_active_clusters(ctx); /* the same for its split kernel */
     if (max_clusters < 1)
         return bfp8_fail(BFP8_ERR_CUDA, "no cluster of %d CTAs of the GEMM kernel fits on this GPU", K::CLUSTER);
     const int64_t cluster_tiles = bfp8_ceil_div(p.num_m_tiles, CM) * bfp8_ceil_div(p.num_n_tiles, CN);
@@ -321,6 +322,16 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
                                  (uint64_t)p.ldd * 4, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    if constexpr (SPLITS) {
+        if (p.split > 1) {
+            using KS = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT, true>;
+            if (KS::max_active_clusters(ctx) < 1) /* (also sets its shared-memory size) */
+                return bfp8_fail(BFP8_ERR_CUDA, "the split GEMM kernel does not fit on this GPU");
+            BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, KS::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, p));
+            BFP8_CUDA_CHECK_LAUNCH();
+            return BFP8_OK;
+        }
+    }
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, p));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;

@@ -96,11 +96,12 @@ struct Params {
     unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
 };
 
-/* Whether a configuration splits its last wave: single-CTA tiles whose
- * registers allow it (1D1D with BN=192 or two accumulators spills with the
- * unit bookkeeping live in the k-loop). */
+/* Whether a configuration has a kernel that splits its last wave (SPLITS):
+ * single-CTA tiles whose registers allow it (1D1D with BN=192 spills with
+ * the unit bookkeeping live in the k-loop), not the two-accumulator one
+ * (seldom chosen; one kernel fewer to compile). */
 __host__ __device__ constexpr bool can_split(int bm, int bn, int cm, int cn, bool b_1x128, bool pipelined) {
-    return cm * cn == 1 && !(b_1x128 && (bn > 128 || pipelined)) && bm > 0;
+    return cm * cn == 1 && !pipelined && !(b_1x128 && bn > 128) && bm > 0;
 }
 
 /* Work unit u: its tile, its k-blocks [kb0, kb1), and its index among the
@@ -233,7 +234,11 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
     }
 }
 
-template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED, int TMA_OUT>
+/* SPLITS: the kernel that runs split units (Params::split > 1). Every
+ * configuration also has one without (split == 1 only): with the split code
+ * compiled in, whole tiles ran 4-5% slower on the H200 although the k-loop's
+ * instructions were the same (bench/results/2026-11-30_gemm_h200_s4_bisect.txt). */
+template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED, int TMA_OUT, bool SPLITS>
 __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
@@ -248,7 +253,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     static_assert(BN % 64 == 0 && BN <= 256, "BN must be a multiple of 64");
     static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
     constexpr int CLUSTER = CM * CN;
-    constexpr bool SPLITS = can_split(BM, BN, CM, CN, B_1X128, PIPELINED);
+    static_assert(!SPLITS || can_split(BM, BN, CM, CN, B_1X128, PIPELINED), "no split kernel for this configuration");
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
