@@ -322,12 +322,30 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
                                  (uint64_t)p.ldd * 4, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    /* A split plan runs as two launches: the whole tiles by the kernel
+     * without the split code (faster), then the split units of the last
+     * wave by its SPLITS instance. */
     if constexpr (SPLITS) {
         if (p.split > 1) {
             using KS = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT, true>;
             if (KS::max_active_clusters(ctx) < 1) /* (also sets its shared-memory size) */
                 return bfp8_fail(BFP8_ERR_CUDA, "the split GEMM kernel does not fit on this GPU");
-            BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, KS::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, p));
+            if (p.num_whole_tiles > 0) {
+                Params whole = p;
+                whole.split = 1;
+                whole.num_units = p.num_whole_tiles;
+                cudaLaunchAttribute attr_w;
+                cudaLaunchConfig_t cfg_w = K::launch_config(
+                    ctx, &attr_w, (unsigned)((whole.num_units < max_clusters ? whole.num_units : max_clusters) * K::CLUSTER));
+                BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg_w, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, whole));
+                BFP8_CUDA_CHECK_LAUNCH();
+            }
+            const Params &tail = p; /* (the SPLITS kernel starts at unit num_whole_tiles) */
+            const int tail_units = p.num_units - p.num_whole_tiles;
+            cudaLaunchAttribute attr_t;
+            cudaLaunchConfig_t cfg_t = K::launch_config(
+                ctx, &attr_t, (unsigned)((tail_units < max_clusters ? tail_units : max_clusters) * K::CLUSTER));
+            BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg_t, KS::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, tail));
             BFP8_CUDA_CHECK_LAUNCH();
             return BFP8_OK;
         }

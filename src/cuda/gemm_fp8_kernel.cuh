@@ -29,7 +29,9 @@
  *     that the tiles in flight at one time share A and B rows in L2;
  *   - the last, partial wave of tiles is split along K (single-CTA tiles):
  *     each of its tiles becomes `split` units of consecutive k-blocks, run
- *     at once on otherwise idle SMs. Slices 1.. store their fp32 partial
+ *     at once on otherwise idle SMs, by a second launch (the SPLITS
+ *     instance of this kernel, which runs the split units only) after the
+ *     whole tiles' launch. Slices 1.. store their fp32 partial
  *     tile to a workspace and count themselves in on a flag; slice 0 waits
  *     for them, adds the partials in slice order (the same sum whatever the
  *     timing) and writes the tile. All units of the last wave are resident
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         if (threadIdx.x == PRODUCER_THREAD) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int u = cluster_id; u < p.num_units; u += num_clusters) {
+            for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
                 const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks, -1};
                 int cluster_row, cluster_col;
                 tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
@@ -350,7 +352,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const uint32_t sa_kept = smem_u32(smem_sa + row_in_tile);
         const uint32_t sb_kept = B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
 
-        for (int u = cluster_id; u < p.num_units; u += num_clusters) {
+        for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
             const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks, -1};
             int cluster_row, cluster_col;
             tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);

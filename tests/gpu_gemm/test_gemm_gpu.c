@@ -398,6 +398,8 @@ int main(int argc, char **argv) {
         {"bn=192,split=3", GEMM_1D2D, 300, 200, 4096, 0}, {"bm=192,bn=128,split=5", GEMM_1D2D, 1000, 136, 4097, 0},
         {"split=8", GEMM_1D1D, 300, 260, 1000, 2},        {"bm=192,bn=128,split=7", GEMM_1D1D, 520, 392, 4097, 1},
         {"split=1", GEMM_1D1D, 127, 129, 4096, 0},
+        /* a full wave of whole tiles (one launch) and a split last wave (another) */
+        {"bn=128,cm=1,cn=1", GEMM_1D2D, 2048, 1152, 4096, 0}, {"bn=128,cm=1,cn=1", GEMM_1D1D, 2048, 1152, 4096, 1},
     };
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; ++i) {
         setenv("BFP8_GEMM_CONFIG", splits[i].config, 1);
