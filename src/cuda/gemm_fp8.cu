@@ -120,6 +120,14 @@ SplitWorkspace split_workspace(const bfp8_context *ctx) {
     bfp8_cuda_state *st = bfp8_cuda_state_of(ctx);
     const size_t counter_bytes = ((size_t)st->num_sms * 3 * sizeof(unsigned) + 255) / 256 * 256;
     if (!st->gemm_split_workspace) {
+        /* Not inside a CUDA graph capture: a cudaMalloc there would break
+         * it. The captured GEMM runs unsplit instead. */
+        cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+        if (cudaStreamIsCapturing(bfp8_stream_of(ctx), &capture) != cudaSuccess ||
+            capture != cudaStreamCaptureStatusNone) {
+            cudaGetLastError();
+            return SplitWorkspace{nullptr, nullptr};
+        }
         const size_t bytes = counter_bytes + (size_t)st->num_sms * SPLIT_MAX_TILE_FLOATS * sizeof(float);
         void *w = nullptr;
         if (cudaMalloc(&w, bytes) != cudaSuccess) {

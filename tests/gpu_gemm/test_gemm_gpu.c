@@ -26,6 +26,10 @@
 
 #include "test_util.h"
 
+#if defined(BFP8_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 static bfp8_context *cpu, *gpu;
 
 enum gemm_kind { GEMM_1D2D, GEMM_1D1D };
@@ -238,6 +242,69 @@ static void check_repeatable(enum gemm_kind kind, int64_t out_rows, int64_t out_
     operand_free(&b);
 }
 
+#if defined(BFP8_WITH_CUDA)
+/* A GEMM captured into a CUDA graph and replayed. Round 0: the first GEMM of
+ * a fresh context, whose split plan would need the workspace made inside the
+ * capture (a cudaMalloc there would break it): it must run unsplit, as the
+ * same tile with split=1 does. Round 1: after an uncaptured call made the
+ * workspace, the captured plan splits; every replay must give the bits of
+ * the uncaptured call (slice 0 returns each flag to zero). */
+static void check_graph_capture(uint64_t seed) {
+    const int64_t m = 384, n = 1024, k = 8192; /* few tiles, long K: a split plan */
+    operand a, b;
+    operand_make(&a, m, k, BFP8_GRAN_1X128, 0, seed);
+    operand_make(&b, n, k, BFP8_GRAN_128X128, 0, seed + 1);
+    const size_t bytes = (size_t)(m * n) * 2;
+    bfp8_matrix d = {gpu_alloc(bytes), BFP8_BF16, m, n, n};
+    unsigned char *want = test_malloc(bytes), *got = test_malloc(bytes);
+    bfp8_context *fresh = NULL;
+    CHECK_OK(bfp8_context_create(&fresh, BFP8_BACKEND_CUDA, 0));
+    cudaStream_t stream = NULL;
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
+    CHECK_OK(bfp8_context_set_stream(fresh, stream));
+    for (int round = 0; round < 2; ++round) {
+        poison(&d);
+        if (round == 0) { /* the reference: the same tile, never split */
+            setenv("BFP8_GEMM_CONFIG", "split=1", 1);
+            CHECK_OK(bfp8_gemm_1d2d(gpu, &a.dev, &b.dev, &d));
+            CHECK_OK(bfp8_context_synchronize(gpu));
+            unsetenv("BFP8_GEMM_CONFIG");
+        } else { /* the reference: the fresh context uncaptured (makes its workspace) */
+            CHECK_OK(bfp8_gemm_1d2d(fresh, &a.dev, &b.dev, &d));
+            CHECK_OK(bfp8_context_synchronize(fresh));
+        }
+        bfp8_copy_to_host(gpu, want, d.data, bytes);
+        cudaGraph_t graph = NULL;
+        cudaGraphExec_t exec = NULL;
+        CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
+        CHECK_OK(bfp8_gemm_1d2d(fresh, &a.dev, &b.dev, &d));
+        const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+        CHECK(end == cudaSuccess, "round %d: the capture broke: %s", round, cudaGetErrorString(end));
+        if (end != cudaSuccess) break;
+        CHECK(cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess, "instantiate the graph");
+        for (int replay = 0; replay < 3; ++replay) {
+            poison(&d);
+            CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess && cudaStreamSynchronize(stream) == cudaSuccess,
+                  "replay the graph");
+            bfp8_copy_to_host(gpu, got, d.data, bytes);
+            CHECK(memcmp(want, got, bytes) == 0, "round %d replay %d: the captured GEMM differs from the reference",
+                  round, replay);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+    }
+    printf("  graph capture 1d2d %lldx%lldx%lld: first call captured, then a captured split plan, replayed\n",
+           (long long)m, (long long)n, (long long)k);
+    bfp8_context_destroy(fresh);
+    cudaStreamDestroy(stream);
+    free(want);
+    free(got);
+    bfp8_free(gpu, d.data);
+    operand_free(&a);
+    operand_free(&b);
+}
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Timing (--time): every configuration on the TARGETS.md shapes             */
 
@@ -409,6 +476,10 @@ int main(int argc, char **argv) {
     unsetenv("BFP8_GEMM_CONFIG");
     check_repeatable(GEMM_1D2D, 384, 1024, 8192, seed++);
     check_repeatable(GEMM_1D1D, 512, 1024, 18432, seed++);
+#if defined(BFP8_WITH_CUDA)
+    check_graph_capture(seed++);
+    seed++;
+#endif
     /* wgrad shapes that crash other implementations, and ragged token counts */
     static const int64_t wg[][3] = {/* N, K, M tokens */ {1536, 256, 2048}, {512, 1024, 147456 / 8},
                                     {768, 768, 133},  {768, 256, 1},    {256, 768, 4095},
