@@ -248,7 +248,7 @@ template <bool B_1X128> Config choose_config(int m, int n, int num_k_blocks, con
         if (slots < 1) continue;
         const int64_t cluster_tiles =
             bfp8_ceil_div(bfp8_ceil_div(m, c.bm), c.cm) * bfp8_ceil_div(bfp8_ceil_div(n, c.bn), c.cn);
-        const bool splits = bfp8_gemm::can_split(c.bm, c.bn, c.cm, c.cn, B_1X128, c.pipelined);
+        const bool splits = bfp8_gemm::can_split(c.bn, c.cm, c.cn, B_1X128, c.pipelined);
         const SplitPlan plan = plan_split(cluster_tiles, slots, num_k_blocks, splits ? 0 : 1);
         const double waves = (double)(plan.whole / slots) + plan.tail_waves;
         const double time = waves * c.bm * c.bn / CANDIDATE_SPEED[B_1X128 ? 1 : 0][i];
@@ -298,7 +298,7 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     if (max_clusters < 1)
         return bfp8_fail(BFP8_ERR_CUDA, "no cluster of %d CTAs of the GEMM kernel fits on this GPU", K::CLUSTER);
     const int64_t cluster_tiles = bfp8_ceil_div(p.num_m_tiles, CM) * bfp8_ceil_div(p.num_n_tiles, CN);
-    constexpr bool SPLITS = bfp8_gemm::can_split(BM, BN, CM, CN, B_1X128, PIPELINED);
+    constexpr bool SPLITS = bfp8_gemm::can_split(BN, CM, CN, B_1X128, PIPELINED);
     SplitPlan plan = plan_split(cluster_tiles, max_clusters, p.num_k_blocks, SPLITS ? c.split : 1);
     if (plan.split > 1) {
         const SplitWorkspace ws = split_workspace(ctx);
@@ -312,17 +312,13 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     p.num_whole_tiles = (int)plan.whole;
     p.split = plan.split;
     p.num_units = (int)(plan.whole + (cluster_tiles - plan.whole) * plan.split);
-    const int64_t clusters = p.num_units < max_clusters ? p.num_units : max_clusters;
-    cudaLaunchAttribute attr;
-    cudaLaunchConfig_t cfg = K::launch_config(ctx, &attr, (unsigned)(clusters * K::CLUSTER));
 
     if (env_or_null("BFP8_GEMM_TRACE"))
         fprintf(stderr,
-                "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d grid=%u (max clusters %d) "
+                "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d (max clusters %d) "
                 "out=%s tiles=%lld split=%d of the last %lld\n",
-                B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, cfg.gridDim.x,
-                max_clusters, TMA_OUT_NAMES[TMA_OUT], (long long)cluster_tiles, p.split,
-                (long long)(cluster_tiles - plan.whole));
+                B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, max_clusters,
+                TMA_OUT_NAMES[TMA_OUT], (long long)cluster_tiles, p.split, (long long)(cluster_tiles - plan.whole));
     CUtensorMap tmap_d = tmap_a; /* unused unless TMA_OUT */
     if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
@@ -330,9 +326,19 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
                                  (uint64_t)p.ldd * 4, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+
+    /* one persistent grid: as many clusters as units, up to the resident ones */
+    auto run = [&](auto function, const Params &q, int64_t units) -> bfp8_status {
+        cudaLaunchAttribute attr;
+        cudaLaunchConfig_t cfg =
+            K::launch_config(ctx, &attr, (unsigned)((units < max_clusters ? units : max_clusters) * K::CLUSTER));
+        BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, q));
+        BFP8_CUDA_CHECK_LAUNCH();
+        return BFP8_OK;
+    };
     /* A split plan runs as two launches: the whole tiles by the kernel
      * without the split code (faster), then the split units of the last
-     * wave by its SPLITS instance. */
+     * wave by its SPLITS instance, which starts at unit num_whole_tiles. */
     if constexpr (SPLITS) {
         if (p.split > 1) {
             using KS = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT, true>;
@@ -342,25 +348,12 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
                 Params whole = p;
                 whole.split = 1;
                 whole.num_units = p.num_whole_tiles;
-                cudaLaunchAttribute attr_w;
-                cudaLaunchConfig_t cfg_w = K::launch_config(
-                    ctx, &attr_w, (unsigned)((whole.num_units < max_clusters ? whole.num_units : max_clusters) * K::CLUSTER));
-                BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg_w, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, whole));
-                BFP8_CUDA_CHECK_LAUNCH();
+                BFP8_TRY(run(K::function, whole, whole.num_units));
             }
-            const Params &tail = p; /* (the SPLITS kernel starts at unit num_whole_tiles) */
-            const int tail_units = p.num_units - p.num_whole_tiles;
-            cudaLaunchAttribute attr_t;
-            cudaLaunchConfig_t cfg_t = K::launch_config(
-                ctx, &attr_t, (unsigned)((tail_units < max_clusters ? tail_units : max_clusters) * K::CLUSTER));
-            BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg_t, KS::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, tail));
-            BFP8_CUDA_CHECK_LAUNCH();
-            return BFP8_OK;
+            return run(KS::function, p, p.num_units - p.num_whole_tiles);
         }
     }
-    BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, p));
-    BFP8_CUDA_CHECK_LAUNCH();
-    return BFP8_OK;
+    return run(K::function, p, p.num_units);
 }
 
 template <int BM, int BN, bool B_1X128, int TMA_OUT>

@@ -102,8 +102,8 @@ struct Params {
  * single-CTA tiles whose registers allow it (1D1D with BN=192 spills with
  * the unit bookkeeping live in the k-loop), not the two-accumulator one
  * (seldom chosen; one kernel fewer to compile). */
-__host__ __device__ constexpr bool can_split(int bm, int bn, int cm, int cn, bool b_1x128, bool pipelined) {
-    return cm * cn == 1 && !pipelined && !(b_1x128 && bn > 128) && bm > 0;
+__host__ __device__ constexpr bool can_split(int bn, int cm, int cn, bool b_1x128, bool pipelined) {
+    return cm * cn == 1 && !pipelined && !(b_1x128 && bn > 128);
 }
 
 /* Work unit u: its tile, its k-blocks [kb0, kb1), and its index among the
@@ -255,7 +255,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     static_assert(BN % 64 == 0 && BN <= 256, "BN must be a multiple of 64");
     static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
     constexpr int CLUSTER = CM * CN;
-    static_assert(!SPLITS || can_split(BM, BN, CM, CN, B_1X128, PIPELINED), "no split kernel for this configuration");
+    static_assert(!SPLITS || can_split(BN, CM, CN, B_1X128, PIPELINED), "no split kernel for this configuration");
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
