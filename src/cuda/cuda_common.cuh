@@ -31,7 +31,6 @@ struct bfp8_cuda_state {
     void *cublaslt_workspace;  /* device memory for cuBLASLt */
     size_t cublaslt_workspace_bytes;
     void *gemm_split_workspace; /* FP8 GEMM: partial tiles and flags of k-split tiles, made on first use */
-    size_t gemm_split_workspace_bytes;
 };
 
 static inline cudaStream_t bfp8_stream_of(const bfp8_context *ctx) {

@@ -140,7 +140,6 @@ SplitWorkspace split_workspace(const bfp8_context *ctx) {
             return SplitWorkspace{nullptr, nullptr};
         }
         st->gemm_split_workspace = w;
-        st->gemm_split_workspace_bytes = bytes;
     }
     uint8_t *w = static_cast<uint8_t *>(st->gemm_split_workspace);
     return SplitWorkspace{reinterpret_cast<unsigned *>(w), reinterpret_cast<float *>(w + counter_bytes)};

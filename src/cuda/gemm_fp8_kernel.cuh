@@ -106,16 +106,15 @@ __host__ __device__ constexpr bool can_split(int bn, int cm, int cn, bool b_1x12
     return cm * cn == 1 && !pipelined && !(b_1x128 && bn > 128);
 }
 
-/* Work unit u: its tile, its k-blocks [kb0, kb1), and its index among the
- * split units (-1 for a whole tile). */
+/* Work unit u: its tile and its k-blocks [kb0, kb1). */
 struct Unit {
-    int tile, kb0, kb1, tail;
+    int tile, kb0, kb1;
 };
 __device__ __forceinline__ Unit unit_at(const Params &p, int u) {
-    if (u < p.num_whole_tiles) return Unit{u, 0, p.num_k_blocks, -1};
+    if (u < p.num_whole_tiles) return Unit{u, 0, p.num_k_blocks};
     const int tail = u - p.num_whole_tiles, slice = tail % p.split;
     return Unit{p.num_whole_tiles + tail / p.split, slice * p.num_k_blocks / p.split,
-                (slice + 1) * p.num_k_blocks / p.split, tail};
+                (slice + 1) * p.num_k_blocks / p.split};
 }
 
 /* A k-slice's end of the last wave (see the top of the file), for one math
@@ -301,7 +300,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             int stage = 0;
             uint32_t phase = 0;
             for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
-                const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks, -1};
+                const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks};
                 int cluster_row, cluster_col;
                 tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
                 const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
@@ -353,7 +352,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const uint32_t sb_kept = B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
 
         for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
-            const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks, -1};
+            const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks};
             int cluster_row, cluster_col;
             tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
             const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
