@@ -22,7 +22,7 @@
  * --variant: the quantize kernel variant(s) to run (src/cuda/quantize_common.cuh,
  * kernel_shape: 0 the first version, 1 three bf16 stages, 2 the whole-tile
  * path, 3 the lane-level row path with less shared memory, 4 bf16 tiles
- * staged by the TMA unit). "all" (the
+ * staged by the TMA unit, 5 one CTA per tile: the default). "all" (the
  * default) times and checks every kernel under each variant, one after the
  * other, rows labelled "v0" / "v1" / ..., and ends with a table of the
  * variants side by side; "N-M" is variants N to M, "both" is 0 and 1.
@@ -57,13 +57,13 @@ typedef struct result {
     int64_t check_errors; /* -1: not checked */
 } result;
 
-static result results[128];
-
 /* Benchmark hook of src/cuda/quantize_1x128.cu (not in the public API):
  * selects the kernel variant of later CUDA quantize calls, returns the
  * previous one or -1 when v is not a variant. */
 extern int bfp8_cuda_quantize_set_variant(int v);
-enum { kBenchVariants = 5 }; /* kVariants of src/cuda/quantize_common.cuh */
+enum { kBenchVariants = 6 }; /* kVariants of src/cuda/quantize_common.cuh */
+enum { kMaxResults = 24 * kBenchVariants }; /* 22 kernels x shapes per variant */
+static result results[kMaxResults];
 static int n_results = 0;
 
 static bfp8_context *gpu, *cpu;
@@ -374,6 +374,7 @@ int main(int argc, char **argv) {
             for (int variant = v_first; variant <= v_last; ++variant) {
                 if (bfp8_cuda_quantize_set_variant(variant) < 0) bench_die("no kernel variant %d", variant);
                 w.mode = mode;
+                if (n_results == kMaxResults) bench_die("more than %d results", kMaxResults);
                 result *r = &results[n_results++];
                 memset(r, 0, sizeof *r);
                 snprintf(r->kernel, sizeof r->kernel, "%s v%d", mode_names[mode], variant);

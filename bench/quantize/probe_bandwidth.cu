@@ -163,6 +163,187 @@ __global__ void __launch_bounds__(256, 2)
     }
 }
 
+
+/* Each thread moves 4 vectors per step, all 4 loads issued before a store
+ * (4x the bytes in flight of probe_copy). */
+__global__ void probe_copy_unrolled(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n16) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) v[u] = __ldcs(src + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) dst[i + u * stride] = v[u];
+    }
+    for (; i < n16; i += stride) dst[i] = src[i];
+}
+
+/* ---- the TMA unit's 1-D bulk copies (cp.async.bulk), global <-> shared ---- */
+__device__ __forceinline__ uint32_t sptr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void bulk_load(void *smem, const void *gmem, uint32_t bytes, uint64_t *bar) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sptr(bar)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(sptr(smem)), "l"(gmem), "r"(bytes), "r"(sptr(bar)) : "memory");
+}
+__device__ __forceinline__ void bulk_store(void *gmem, const void *smem, uint32_t bytes) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(gmem), "r"(sptr(smem)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+__device__ __forceinline__ void mbar_init(uint64_t *bar) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(sptr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+    asm volatile("{\n .reg .pred p;\n W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra W;\n}"
+                 ::"r"(sptr(bar)), "r"(parity) : "memory");
+}
+
+/* Copy by the TMA unit alone: one thread per CTA streams kChunk-byte pieces
+ * through kStages shared-memory stages (loads kStages - 1 ahead, at most two
+ * stores in flight). n_chunks pieces; the persistent grid walks them
+ * cyclically (CTA b: b, b + grid, ...) or, kBlocked, as one contiguous range
+ * per CTA. kHint: loads and stores carry an L2 evict-first policy. */
+__device__ __forceinline__ void bulk_load_hint(void *smem, const void *gmem, uint32_t bytes, uint64_t *bar,
+                                               uint64_t pol) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sptr(bar)), "r"(bytes) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+                 ::"r"(sptr(smem)), "l"(gmem), "r"(bytes), "r"(sptr(bar)), "l"(pol) : "memory");
+}
+__device__ __forceinline__ void bulk_store_hint(void *gmem, const void *smem, uint32_t bytes, uint64_t pol) {
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(gmem),
+                 "r"(sptr(smem)), "r"(bytes), "l"(pol) : "memory");
+}
+template <int kChunk, int kStages, bool kBlocked = false, bool kHint = false>
+__global__ void __launch_bounds__(32) probe_bulk_copy(const uint8_t *__restrict__ src, uint8_t *__restrict__ dst,
+                                                      int64_t n_chunks) {
+    extern __shared__ __align__(128) uint8_t stage_mem[];
+    __shared__ __align__(8) uint64_t full[kStages];
+    if (threadIdx.x != 0) return;
+    uint64_t pol = 0;
+    if (kHint) asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    for (int s = 0; s < kStages; ++s) mbar_init(&full[s]);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const int64_t per = (n_chunks + gridDim.x - 1) / gridDim.x, first = blockIdx.x * per;
+    const int64_t mine = kBlocked ? (first < n_chunks ? (n_chunks - first < per ? n_chunks - first : per) : 0)
+                                  : (n_chunks > blockIdx.x ? (n_chunks - 1 - blockIdx.x) / gridDim.x + 1 : 0);
+    auto chunk = [&](int64_t k) { return kBlocked ? first + k : (int64_t)blockIdx.x + k * gridDim.x; };
+    auto load = [&](int s, int64_t k) {
+        if (kHint) bulk_load_hint(stage_mem + s * kChunk, src + chunk(k) * kChunk, kChunk, &full[s], pol);
+        else bulk_load(stage_mem + s * kChunk, src + chunk(k) * kChunk, kChunk, &full[s]);
+    };
+    for (int64_t k = 0; k < mine && k < kStages; ++k) load((int)k, k);
+    for (int64_t k = 0; k < mine; ++k) {
+        const int s = (int)(k % kStages);
+        mbar_wait(&full[s], (uint32_t)((k / kStages) & 1));
+        if (kHint) bulk_store_hint(dst + chunk(k) * kChunk, stage_mem + s * kChunk, kChunk, pol);
+        else bulk_store(dst + chunk(k) * kChunk, stage_mem + s * kChunk, kChunk);
+        bulk_commit();
+        /* stage of chunk k-1 refilled with chunk k-1+kStages once its store has read it */
+        const int64_t refill = k - 1 + kStages;
+        if (k >= 1 && refill < mine) {
+            bulk_wait_read<1>();
+            load((int)((k - 1) % kStages), refill);
+        }
+    }
+    bulk_wait_all();
+}
+
+/* 4 vectors per thread in flight, loads not allocated in L1 with a 256-byte
+ * L2 prefetch, stores streaming (.cs). */
+__global__ void probe_copy_nc(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n16) {
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n16; i += 4 * stride) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
+                         : "l"(src + i + u * stride));
+#pragma unroll
+        for (int u = 0; u < 4; ++u) __stcs(dst + i + u * stride, v[u]);
+    }
+    for (; i < n16; i += stride) dst[i] = src[i];
+}
+
+/* The dual quantizer's byte mix through the TMA unit: 32 KB of bf16 in per
+ * piece, its 16 KB of high bytes made by 256 threads in shared memory, then
+ * stored twice (two sequential outputs, or the second as 128 pieces of 128
+ * bytes at x^T's stride when kStridedSecond: the transposed layout's write
+ * pattern for 128 x 128 tiles). */
+template <int kStages, bool kStridedSecond>
+__global__ void __launch_bounds__(256) probe_bulk_codes(const uint8_t *__restrict__ x, int64_t rows, int64_t cols,
+                                                        uint8_t *__restrict__ out0, uint8_t *__restrict__ out1) {
+    constexpr int kIn = 32768, kOut = 16384;
+    extern __shared__ __align__(128) uint8_t stage_mem[]; /* kStages x kIn, then 2 x kOut */
+    __shared__ __align__(8) uint64_t full[kStages];
+    uint8_t *out_mem = stage_mem + kStages * kIn;
+    const int tid = (int)threadIdx.x;
+    const int64_t n_chunks = rows * cols * 2 / kIn;
+    const int64_t mine = n_chunks > blockIdx.x ? (n_chunks - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    auto chunk = [&](int64_t k) { return (int64_t)blockIdx.x + k * gridDim.x; };
+    if (tid == 0) {
+        for (int s = 0; s < kStages; ++s) mbar_init(&full[s]);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        for (int64_t k = 0; k < mine && k < kStages; ++k)
+            bulk_load(stage_mem + k * kIn, x + chunk(k) * kIn, kIn, &full[k]);
+    }
+    __syncthreads();
+    for (int64_t k = 0; k < mine; ++k) {
+        const int s = (int)(k % kStages), ob = (int)(k & 1);
+        if (tid == 0) bulk_wait_read<1>(); /* the stores of piece k-2 have read out_mem[ob] */
+        __syncthreads();
+        mbar_wait(&full[s], (uint32_t)((k / kStages) & 1));
+        const uint4 *in = reinterpret_cast<const uint4 *>(stage_mem + s * kIn);
+        uint2 *o = reinterpret_cast<uint2 *>(out_mem + ob * kOut);
+#pragma unroll
+        for (int i = tid; i < kIn / 16; i += 256) o[i] = high_bytes(in[i]);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncthreads();
+        if (tid == 0) {
+            const int64_t c = chunk(k);
+            bulk_store(out0 + c * kOut, out_mem + ob * kOut, kOut);
+            if (!kStridedSecond) {
+                bulk_store(out1 + c * kOut, out_mem + ob * kOut, kOut);
+            } else {
+                /* piece c = 16384 codes = a 128 x 128 tile (r0, c0) of x in tile order */
+                const int64_t col_tiles = cols / 128, r0 = c / col_tiles * 128, c0 = c % col_tiles * 128;
+                for (int j = 0; j < 128; ++j) bulk_store(out1 + (c0 + j) * rows + r0, out_mem + ob * kOut + j * 128, 128);
+            }
+            bulk_commit();
+            if (k + kStages < mine) bulk_load(stage_mem + s * kIn, x + chunk(k + kStages) * kIn, kIn, &full[s]);
+        }
+    }
+    if (tid == 0) bulk_wait_all();
+}
+
+/* Non-persistent: CTA b copies the kBytes contiguous bytes from b * kBytes,
+ * each of its kThreads threads loading all of its vectors before storing. */
+template <int kBytes, int kThreads>
+__global__ void __launch_bounds__(kThreads) probe_copy_blocks(const uint4 *__restrict__ src, uint4 *__restrict__ dst) {
+    constexpr int kPer = kBytes / 16 / kThreads;
+    const size_t base = (size_t)blockIdx.x * (kBytes / 16) + threadIdx.x;
+    uint4 v[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[j] = src[base + (size_t)j * kThreads];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) dst[base + (size_t)j * kThreads] = v[j];
+}
+
+/* Holds every SM (one CTA each, most of shared memory) for about `cycles`. */
+__global__ void probe_hold_sms(long long cycles) {
+    extern __shared__ uint8_t hold_mem[];
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    if (threadIdx.x == 0 && hold_mem[0] == 0xff) hold_mem[1] = 1;
+}
+
 struct timer {
     cudaEvent_t a, b;
     timer() {
@@ -225,6 +406,29 @@ int main(int argc, char **argv) {
     printf("x %lldx%lld bf16, %d SMs\n", (long long)rows, (long long)cols, sms);
     printf("%-28s %9.1f us %7.0f GB/s\n", "cudaMemcpy D2D 1 GiB", ms_big * 1e3, gbps_big);
 
+    { /* does cudaMemcpy D2D run on the SMs? Start it while a kernel holds every SM. */
+        cudaStream_t s1, s2;
+        PROBE_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+        PROBE_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+        PROBE_CHECK(cudaFuncSetAttribute(probe_hold_sms, cudaFuncAttributeMaxDynamicSharedMemorySize, 100 * 1024));
+        cudaEvent_t e0, e1, e2;
+        PROBE_CHECK(cudaEventCreate(&e0));
+        PROBE_CHECK(cudaEventCreate(&e1));
+        PROBE_CHECK(cudaEventCreate(&e2));
+        PROBE_CHECK(cudaEventRecord(e0, s1));
+        /* two CTAs of 1024 threads per SM, 100 KB of shared memory each: no
+         * thread slot and almost no shared memory left for another kernel */
+        probe_hold_sms<<<2 * sms, 1024, 100 * 1024, s1>>>(20000000LL); /* ~10 ms at 2 GHz */
+        PROBE_CHECK(cudaEventRecord(e1, s1));
+        PROBE_CHECK(cudaStreamWaitEvent(s2, e0, 0));
+        PROBE_CHECK(cudaMemcpyAsync(cd, cs, (size_t)256 << 20, cudaMemcpyDeviceToDevice, s2));
+        PROBE_CHECK(cudaEventRecord(e2, s2));
+        PROBE_CHECK(cudaDeviceSynchronize());
+        float hold_ms, copy_ms;
+        PROBE_CHECK(cudaEventElapsedTime(&hold_ms, e0, e1));
+        PROBE_CHECK(cudaEventElapsedTime(&copy_ms, e0, e2));
+        printf("SMs held %.3f ms; a 256 MiB cudaMemcpy D2D started beside it finished after %.3f ms\n", hold_ms, copy_ms);
+    }
     auto report = [&](const char *name, double ms, double bytes) {
         const size_t half = std::min((size_t)(bytes / 2) / 16 * 16, big);
         const double ms_same =
@@ -254,6 +458,86 @@ int main(int argc, char **argv) {
         report("stack-q+t: 512-byte t runs",
                median_ms([&] { probe_stack_qt<<<grid, 256, 65536>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
                4.0 * n);
+    }
+    report("copy, 4 vectors in flight",
+           median_ms([&] { probe_copy_unrolled<<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
+           4.0 * n);
+    {
+        auto k6 = probe_bulk_copy<32768, 6>;
+        PROBE_CHECK(cudaFuncSetAttribute(k6, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 32768));
+        report("bulk copy 32K x 6, 1 CTA/SM",
+               median_ms([&] { k6<<<sms, 32, 6 * 32768>>>(x, o0, (int64_t)(2 * n / 32768)); }, reps), 4.0 * n);
+        { /* the bulk copy moves every byte */
+            PROBE_CHECK(cudaMemset(o0, 0, 2 * n));
+            k6<<<sms, 32, 6 * 32768>>>(x, o0, (int64_t)(2 * n / 32768));
+            std::vector<uint8_t> hx(2 * n), ho(2 * n);
+            PROBE_CHECK(cudaMemcpy(hx.data(), x, 2 * n, cudaMemcpyDeviceToHost));
+            PROBE_CHECK(cudaMemcpy(ho.data(), o0, 2 * n, cudaMemcpyDeviceToHost));
+            printf("bulk copy check: %s\n", memcmp(hx.data(), ho.data(), 2 * n) ? "MISMATCH" : "ok");
+        }
+        auto k3 = probe_bulk_copy<32768, 3>;
+        PROBE_CHECK(cudaFuncSetAttribute(k3, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 32768));
+        report("bulk copy 32K x 3, 2 CTA/SM",
+               median_ms([&] { k3<<<2 * sms, 32, 3 * 32768>>>(x, o0, (int64_t)(2 * n / 32768)); }, reps), 4.0 * n);
+        auto kb = probe_bulk_copy<32768, 6, true>;
+        PROBE_CHECK(cudaFuncSetAttribute(kb, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 32768));
+        report("bulk copy 32K x 6, blocked",
+               median_ms([&] { kb<<<sms, 32, 6 * 32768>>>(x, o0, (int64_t)(2 * n / 32768)); }, reps), 4.0 * n);
+        auto kh = probe_bulk_copy<32768, 6, false, true>;
+        PROBE_CHECK(cudaFuncSetAttribute(kh, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 32768));
+        report("bulk copy 32K x 6, evict-first",
+               median_ms([&] { kh<<<sms, 32, 6 * 32768>>>(x, o0, (int64_t)(2 * n / 32768)); }, reps), 4.0 * n);
+        auto k64 = probe_bulk_copy<65536, 3>;
+        PROBE_CHECK(cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, 3 * 65536));
+        report("bulk copy 64K x 3, 1 CTA/SM",
+               median_ms([&] { k64<<<sms, 32, 3 * 65536>>>(x, o0, (int64_t)(2 * n / 65536)); }, reps), 4.0 * n);
+        auto k8 = probe_bulk_copy<8192, 6>;
+        PROBE_CHECK(cudaFuncSetAttribute(k8, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 8192));
+        report("bulk copy 8K x 6, 4 CTA/SM",
+               median_ms([&] { k8<<<4 * sms, 32, 6 * 8192>>>(x, o0, (int64_t)(2 * n / 8192)); }, reps), 4.0 * n);
+        report("copy nc, 4 in flight, .cs",
+               median_ms([&] { probe_copy_nc<<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
+               4.0 * n);
+        const int n_tiles = (int)(rows / 128 * (cols / 128));
+        report("tile-q+t, one tile a CTA",
+               median_ms([&] { probe_tile_qt<false><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+               4.0 * n);
+        report("t tile by tile, one a CTA",
+               median_ms([&] { probe_tile_qt<true><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+               4.0 * n);
+        if (rows % 512 == 0)
+            report("stack-q+t, one stack a CTA",
+                   median_ms([&] { probe_stack_qt<<<n_tiles / 4, 256, 65536>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+                   4.0 * n);
+        report("bulk copy 32K x 6, cs -> cd",
+               median_ms([&] { k6<<<sms, 32, 6 * 32768>>>(cs, cd, (int64_t)(2 * n / 32768)); }, reps), 4.0 * n);
+        report("cudaMemcpy x -> o0",
+               median_ms([&] { PROBE_CHECK(cudaMemcpyAsync(o0, x, 2 * n, cudaMemcpyDeviceToDevice)); }, reps), 4.0 * n);
+        report("blocks 16K, 256 thr",
+               median_ms([&] { probe_copy_blocks<16384, 256><<<2 * n / 16384, 256>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
+        report("blocks 64K, 256 thr",
+               median_ms([&] { probe_copy_blocks<65536, 256><<<2 * n / 65536, 256>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
+        report("blocks 8K, 128 thr",
+               median_ms([&] { probe_copy_blocks<8192, 128><<<2 * n / 8192, 128>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
+        report("blocks 64K, 1024 thr",
+               median_ms([&] { probe_copy_blocks<65536, 1024><<<2 * n / 65536, 1024>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
+        auto k16 = probe_bulk_copy<16384, 4>;
+        PROBE_CHECK(cudaFuncSetAttribute(k16, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * 16384));
+        report("bulk copy 16K x 4, 3 CTA/SM",
+               median_ms([&] { k16<<<3 * sms, 32, 4 * 16384>>>(x, o0, (int64_t)(2 * n / 16384)); }, reps), 4.0 * n);
+        const int smem4 = 4 * 32768 + 2 * 16384, smem2 = 2 * 32768 + 2 * 16384;
+        auto c4 = probe_bulk_codes<4, false>, t4 = probe_bulk_codes<4, true>;
+        auto c2 = probe_bulk_codes<2, false>, t2 = probe_bulk_codes<2, true>;
+        for (auto f : {c4, t4}) PROBE_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem4));
+        for (auto f : {c2, t2}) PROBE_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2));
+        report("bulk two-seq 4 st, 1 CTA/SM",
+               median_ms([&] { c4<<<sms, 256, smem4>>>(x, rows, cols, o0, o1); }, reps), 4.0 * n);
+        report("bulk two-seq 2 st, 2 CTA/SM",
+               median_ms([&] { c2<<<2 * sms, 256, smem2>>>(x, rows, cols, o0, o1); }, reps), 4.0 * n);
+        report("bulk q+t128 4 st, 1 CTA/SM",
+               median_ms([&] { t4<<<sms, 256, smem4>>>(x, rows, cols, o0, o1); }, reps), 4.0 * n);
+        report("bulk q+t128 2 st, 2 CTA/SM",
+               median_ms([&] { t2<<<2 * sms, 256, smem2>>>(x, rows, cols, o0, o1); }, reps), 4.0 * n);
     }
     return 0;
 }

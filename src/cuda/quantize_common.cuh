@@ -13,9 +13,12 @@
  *   - the scales of both (the 128 scales of a tile are contiguous in both
  *     1 x 128 layouts).
  *
- * The grid is persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ...
- * and streams them through a ring of shared-memory stages filled with
- * 16-byte cp.async, so the next tile is in flight while this one is
+ * The default (variant 5) launches one CTA per tile: the tile is staged in
+ * shared memory (by the TMA unit for aligned bf16, by 16-byte cp.async
+ * otherwise) and three CTAs share an SM (two for f32), so while one waits
+ * for its tile the others quantize and store. The older variants are
+ * persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ... through a
+ * ring of shared-memory stages, the next tile in flight while this one is
  * quantized. Per tile:
  *   A  each thread takes an 8 x 8 block (rows rb*8.., columns cc*8..) into
  *      registers and writes its partial row and column maxima of |x| bits
@@ -549,6 +552,17 @@ __device__ __forceinline__ int finish_group(PartAt part_at, int pow2, float &mul
  *      (bench/results/2026-11-30_quantize_h200_run11_tma.txt): bf16 dual 2%,
  *      cols 1% faster than variant 2, the rest equal: how the tile is
  *      fetched is not what holds bf16 dual at ~80% of copy either.
+ *   5  one CTA per tile (grid = number of tiles) with a single stage: 49 KB
+ *      of shared memory and at most 85 registers for bf16, three CTAs per
+ *      SM (f32: 81 KB, two), TMA-staged aligned bf16, cp.async otherwise.
+ *      Measured (bench/results/2026-11-30_quantize_h200_s5_one_tile.txt,
+ *      same run as variants 0-4): fastest on all 22 kernels and shapes;
+ *      bf16 dual 79-84% -> 86-90% of copy, bf16 W+W^T 78% -> 85%, f32 dual
+ *      94-97%. Why: probe_bandwidth's copies (same run) move bytes at 92% of
+ *      cudaMemcpy when their grid is persistent and 96-97% when every CTA
+ *      takes one piece and leaves (cudaMemcpy itself is an SM kernel: it
+ *      waits for free SMs); the tile probe of the dual quantizer's data
+ *      flow went from 77-84% to 87-89% the same way.
  * Tried and not kept (bench/results/2026-11-30_quantize_walk_and_tma_store_
  * not_kept.patch): walking tiles in bands of 2-64 tile rows, column by
  * column (longer runs of x^T per wave), and evict-first code stores: equal
@@ -560,24 +574,21 @@ __device__ __forceinline__ int finish_group(PartAt part_at, int pow2, float &mul
  * kernel is at the ceiling of its access pattern, and two sequential
  * output streams would be only 4-8% faster.
  */
-constexpr int kVariants = 5;
+constexpr int kVariants = 6;
 constexpr int kDefaultVariant = 2;
-/* The default for every launch: per kernel, the variant measured fastest on
- * the H200 (bench_quantize --variant all): 4 for bf16 (its TMA-staged tiles
- * were 0.5-2% faster than variant 2 in 14 of 15 same-run comparisons over
- * three runs: bench/results/2026-11-30_quantize_h200_run11_tma.txt,
- * ..._s3run5_tma_store.txt, 2026-11-30_h200_s3_final.txt; unaligned bf16
- * runs variant 2's code under it), 0 for the f32 dual kernel (4-6% faster,
- * ..._run3_variants.txt), 2 for the other f32 kernels. */
+/* The default for every launch: variant 5, the fastest on every kernel of
+ * bench_quantize --variant 0-5 on the H200 (see above). */
 constexpr int kAutoVariant = kVariants;
 
 template <typename In, int kV = kDefaultVariant> struct kernel_shape {
-    static constexpr int kStages = sizeof(In) == 2 ? (kV == 1 ? 3 : 2) : 3;
-    static constexpr int kMinBlocks = sizeof(In) == 2 ? 2 : 1;
+    /* variant 5: one tile per CTA, no ring */
+    static constexpr bool kOneTile = kV == 5;
+    static constexpr int kStages = kOneTile ? 1 : sizeof(In) == 2 ? (kV == 1 ? 3 : 2) : 3;
+    static constexpr int kMinBlocks = kOneTile ? (sizeof(In) == 2 ? 3 : 2) : sizeof(In) == 2 ? 2 : 1;
     static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
     static constexpr int kScratch = kV == 3 ? kLeanScratchBytes : kScratchBytes;
     /* variant 4, bf16: one mbarrier per stage after the multipliers */
-    static constexpr bool kTmaLoads = kV == 4 && sizeof(In) == 2;
+    static constexpr bool kTmaLoads = (kV == 4 || kV == 5) && sizeof(In) == 2;
     static constexpr int kBarrierOffset = kStages * kStageBytes + kScratch + kMultBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (kTmaLoads ? kStages * 8 : 0);
 };
@@ -916,60 +927,83 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
         __syncthreads();
     }
 
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-        const int64_t t = (int64_t)blockIdx.x + s * step;
-        if (kTma || kV >= 2) {
-            if (t < a.num_tiles) stage_at(tile_at(a, t), s);
-        } else {
-            stage_tile<In, kAligned, kFullPath>(a, t, smem + s * shape::kStageBytes);
-        }
-        if (!kTma) cp_async_commit();
-    }
-
-    int stage = 0;
-    uint32_t phases = 0; /* kTma: bit s, the parity of stage s's next completion */
-    /* variant 2: this tile and the one to prefetch, without a division each */
-    const int64_t step_tr = kV >= 2 ? step / a.col_tiles : 0, step_tc = step - step_tr * a.col_tiles;
-    tile_cursor cur = {}, pre = {};
-    if (kV >= 2) {
-        cur = cursor_at(a, blockIdx.x);
-        pre = cursor_at(a, (int64_t)blockIdx.x + (kStages - 1) * step);
-    }
-    for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
-        if constexpr (kTma) {
-            mbar_wait_parity(&staged_bar[stage], (phases >> stage) & 1u);
-            phases ^= 1u << stage;
-        } else {
-            cp_async_wait<kStages - 2>();
-        }
-        __syncthreads(); /* this tile is staged; the previous tile is done with every buffer */
-        {
-            const int refill = stage == 0 ? kStages - 1 : stage - 1;
-            if (kV >= 2) {
-                if (pre.tile < a.num_tiles) stage_at(tile_of(a, pre), refill);
-                cursor_advance(a, pre, step, step_tr, step_tc);
+    if constexpr (kStages == 1) {
+        /* variant 5: a CTA per tile (the launch makes one), so there is
+         * nothing to prefetch; a smaller grid would still be walked right */
+        uint32_t parity = 0; /* kTma */
+        for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
+            const tile_pos p = tile_at(a, tile);
+            __syncthreads(); /* the previous tile is done with the stage */
+            stage_at(p, 0);
+            if constexpr (kTma) {
+                mbar_wait_parity(&staged_bar[0], parity);
+                parity ^= 1u;
             } else {
-                stage_tile<In, kAligned>(a, tile + (kStages - 1) * step, smem + refill * shape::kStageBytes);
+                cp_async_commit();
+                cp_async_wait<0>();
+                __syncthreads(); /* every thread's chunks (and the zero-filled ones) are in */
+            }
+            if (kFullPath && p.nr == kTile && p.nc == kTile)
+                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, kFullPath>(a, p, smem, scratch);
+            else
+                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, false>(a, p, smem, scratch);
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < kStages - 1; ++s) {
+            const int64_t t = (int64_t)blockIdx.x + s * step;
+            if (kTma || kV >= 2) {
+                if (t < a.num_tiles) stage_at(tile_at(a, t), s);
+            } else {
+                stage_tile<In, kAligned, kFullPath>(a, t, smem + s * shape::kStageBytes);
             }
             if (!kTma) cp_async_commit();
         }
-        tile_pos p;
+
+        int stage = 0;
+        uint32_t phases = 0; /* kTma: bit s, the parity of stage s's next completion */
+        /* variant 2: this tile and the one to prefetch, without a division each */
+        const int64_t step_tr = kV >= 2 ? step / a.col_tiles : 0, step_tc = step - step_tr * a.col_tiles;
+        tile_cursor cur = {}, pre = {};
         if (kV >= 2) {
-            p = tile_of(a, cur);
-            cursor_advance(a, cur, step, step_tr, step_tc);
-        } else {
-            p = tile_at(a, tile);
+            cur = cursor_at(a, blockIdx.x);
+            pre = cursor_at(a, (int64_t)blockIdx.x + (kStages - 1) * step);
         }
-        uint8_t *const staged = smem + stage * shape::kStageBytes;
-        stage = stage == kStages - 1 ? 0 : stage + 1;
-        if (kFullPath && p.nr == kTile && p.nc == kTile)
-            quantize_tile<In, kBlock, kQ, kT, kAligned, kV, kFullPath>(a, p, staged, scratch);
-        else
-            quantize_tile<In, kBlock, kQ, kT, kAligned, kV, false>(a, p, staged, scratch);
+        for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
+            if constexpr (kTma) {
+                mbar_wait_parity(&staged_bar[stage], (phases >> stage) & 1u);
+                phases ^= 1u << stage;
+            } else {
+                cp_async_wait<kStages - 2>();
+            }
+            __syncthreads(); /* this tile is staged; the previous tile is done with every buffer */
+            {
+                const int refill = stage == 0 ? kStages - 1 : stage - 1;
+                if (kV >= 2) {
+                    if (pre.tile < a.num_tiles) stage_at(tile_of(a, pre), refill);
+                    cursor_advance(a, pre, step, step_tr, step_tc);
+                } else {
+                    stage_tile<In, kAligned>(a, tile + (kStages - 1) * step, smem + refill * shape::kStageBytes);
+                }
+                if (!kTma) cp_async_commit();
+            }
+            tile_pos p;
+            if (kV >= 2) {
+                p = tile_of(a, cur);
+                cursor_advance(a, cur, step, step_tr, step_tc);
+            } else {
+                p = tile_at(a, tile);
+            }
+            uint8_t *const staged = smem + stage * shape::kStageBytes;
+            stage = stage == kStages - 1 ? 0 : stage + 1;
+            if (kFullPath && p.nr == kTile && p.nc == kTile)
+                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, kFullPath>(a, p, staged, scratch);
+            else
+                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, false>(a, p, staged, scratch);
+        }
+        if (!kTma) cp_async_wait<0>(); /* nothing may be in flight into shared memory at exit */
+        /* kTma: every tile loaded was waited for (each prefetch is of a tile this CTA processes) */
     }
-    if (!kTma) cp_async_wait<0>(); /* nothing may be in flight into shared memory at exit */
-    /* kTma: every tile loaded was waited for (each prefetch is of a tile this CTA processes) */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1020,9 +1054,10 @@ static inline tile_args make_tile_args(const bfp8_matrix *x, const bfp8_qmatrix 
  * bfp8_cuda_quantize_set_variant (quantize_1x128.cu) changes it. */
 inline std::atomic<int> g_variant{kAutoVariant};
 
-/* Launch quantize_tiles_kernel on ctx's stream over a persistent grid: as
- * many CTAs as fit on the device at once, at most one per tile. The shared
- * memory attribute and the occupancy are asked once per device and kernel. */
+/* Launch quantize_tiles_kernel on ctx's stream: variant 5 with a CTA per
+ * tile, the others over a persistent grid (as many CTAs as fit on the
+ * device at once, at most one per tile). The shared memory attribute and
+ * the occupancy are asked once per device and kernel. */
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
 bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, const char *fn) {
     auto kernel = quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned, kV>;
@@ -1040,7 +1075,8 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
         if (cacheable) cached_per_sm[ctx->device].store(per_sm, std::memory_order_release);
     }
     const int64_t resident = (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms;
-    const int grid = (int)(args.num_tiles < resident ? args.num_tiles : resident);
+    const int64_t cap = kernel_shape<In, kV>::kOneTile ? INT32_MAX : resident;
+    const int grid = (int)(args.num_tiles < cap ? args.num_tiles : cap);
     CUtensorMap tmap_x = {}; /* variant 4: x in boxes of one tile, read by the TMA unit */
     if constexpr (kernel_shape<In, kV>::kTmaLoads && kAligned)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,
@@ -1053,9 +1089,10 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
 
 template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
 bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
-    static_assert(kVariants == 5, "one branch per variant");
+    static_assert(kVariants == 6, "one branch per variant");
     int v = g_variant.load(std::memory_order_relaxed);
-    if (v == kAutoVariant) v = sizeof(In) == 2 ? 4 : !kBlock && kQ && kT ? 0 : kDefaultVariant;
+    if (v == kAutoVariant) v = 5;
+    if (v == 5) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 5>(ctx, args, fn);
     if (v == 0) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
     if (v == 2) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 2>(ctx, args, fn);
     if (v == 3) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 3>(ctx, args, fn);
