@@ -5,11 +5,11 @@
 #   1. compute-sanitizer memcheck: gpu_quantize --small, gpu_convert --small
 #      racecheck + synccheck:      gpu_quantize --race
 #   2. gpu_quantize, gpu_convert, gpu_quantize_formats (full)
-#   2b. the non-default kernel variant 2 (src/cuda/quantize_common.cuh):
+#   2b. a non-default kernel variant, the persistent 2 (src/cuda/quantize_common.cuh):
 #      gpu_quantize --small --variant 2 (every ragged size as R and as C, all
 #      layouts and modes), racecheck gpu_quantize --race --variant 2
 #   3. bench_quantize --json (alone on the GPU, after everything else; times
-#      every kernel variant, 0, 1 and 2, in the same run)
+#      every kernel variant, 0 to 5, in the same run)
 #
 # Steps 1, 2 and 2b run as four parallel lanes (their time is mostly CPU-side
 # reference work and checks); the benchmark runs alone afterwards. Every step

@@ -17,8 +17,8 @@ static bfp8_status launch_1x128(bfp8_context *ctx, const tile_args &args, bool r
 
 /* Benchmark hook, not part of the public API (bench/quantize declares it):
  * the kernel variant every later CUDA quantize call uses (0 to kVariants - 1,
- * see kernel_shape in quantize_common.cuh; kVariants = the measured-fastest
- * choice per kernel, the default). Returns the previous one, or -1 and changes nothing
+ * see kernel_shape in quantize_common.cuh; kVariants = the default, which is
+ * variant 5). Returns the previous one, or -1 and changes nothing
  * when v is not a variant. */
 extern "C" int bfp8_cuda_quantize_set_variant(int v) {
     if (v < 0 || v > kAutoVariant) return -1;
