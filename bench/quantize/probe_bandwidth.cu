@@ -20,6 +20,16 @@
  *              of each tile stored as 16 contiguous KB (not x^T's layout)
  *   stack-q+t  tile-q+t over 512 x 128 stacks of 4 tiles: x^T written as
  *              one 512-byte piece per row and warp instruction
+ *   (the three above also with one tile / stack per CTA, grid = tiles)
+ *   copies     4 vectors in flight per thread (plain, or no-L1 loads and
+ *              streaming stores); by the TMA unit (cp.async.bulk through a
+ *              ring of shared-memory stages: chunk size, depth, cyclic or
+ *              blocked walk, L2 evict-first hints); non-persistent block
+ *              copies (a CTA per piece, every load before any store)
+ *   bulk two-seq / q+t128  the dual byte mix through the TMA unit, x^T as
+ *              sequential pieces or as 128-byte bulk stores at its stride
+ * It also starts a 256 MiB cudaMemcpy beside a kernel that holds every SM
+ * thread slot, to tell whether the copy runs on the SMs (it waits: it does).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -163,18 +173,31 @@ __global__ void __launch_bounds__(256, 2)
     }
 }
 
-
 /* Each thread moves 4 vectors per step, all 4 loads issued before a store
- * (4x the bytes in flight of probe_copy). */
+ * (4x the bytes in flight of probe_copy). kNoCache: loads not allocated in
+ * L1, with a 256-byte L2 prefetch, and streaming (.cs) stores; else .cs
+ * loads and plain stores. */
+template <bool kNoCache> __device__ __forceinline__ uint4 copy_load(const uint4 *p) {
+    if (!kNoCache) return __ldcs(p);
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+template <bool kNoCache>
 __global__ void probe_copy_unrolled(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n16) {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     for (; i + 3 * stride < n16; i += 4 * stride) {
         uint4 v[4];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) v[u] = __ldcs(src + i + u * stride);
+        for (int u = 0; u < 4; ++u) v[u] = copy_load<kNoCache>(src + i + u * stride);
 #pragma unroll
-        for (int u = 0; u < 4; ++u) dst[i + u * stride] = v[u];
+        for (int u = 0; u < 4; ++u) {
+            if (kNoCache) __stcs(dst + i + u * stride, v[u]);
+            else dst[i + u * stride] = v[u];
+        }
     }
     for (; i < n16; i += stride) dst[i] = src[i];
 }
@@ -251,24 +274,6 @@ __global__ void __launch_bounds__(32) probe_bulk_copy(const uint8_t *__restrict_
         }
     }
     bulk_wait_all();
-}
-
-/* 4 vectors per thread in flight, loads not allocated in L1 with a 256-byte
- * L2 prefetch, stores streaming (.cs). */
-__global__ void probe_copy_nc(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n16) {
-    const size_t stride = (size_t)gridDim.x * blockDim.x;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    for (; i + 3 * stride < n16; i += 4 * stride) {
-        uint4 v[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-            asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];"
-                         : "=r"(v[u].x), "=r"(v[u].y), "=r"(v[u].z), "=r"(v[u].w)
-                         : "l"(src + i + u * stride));
-#pragma unroll
-        for (int u = 0; u < 4; ++u) __stcs(dst + i + u * stride, v[u]);
-    }
-    for (; i < n16; i += stride) dst[i] = src[i];
 }
 
 /* The dual quantizer's byte mix through the TMA unit: 32 KB of bf16 in per
@@ -460,7 +465,7 @@ int main(int argc, char **argv) {
                4.0 * n);
     }
     report("copy, 4 vectors in flight",
-           median_ms([&] { probe_copy_unrolled<<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
+           median_ms([&] { probe_copy_unrolled<false><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
            4.0 * n);
     {
         auto k6 = probe_bulk_copy<32768, 6>;
@@ -496,7 +501,7 @@ int main(int argc, char **argv) {
         report("bulk copy 8K x 6, 4 CTA/SM",
                median_ms([&] { k8<<<4 * sms, 32, 6 * 8192>>>(x, o0, (int64_t)(2 * n / 8192)); }, reps), 4.0 * n);
         report("copy nc, 4 in flight, .cs",
-               median_ms([&] { probe_copy_nc<<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
+               median_ms([&] { probe_copy_unrolled<true><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
                4.0 * n);
         const int n_tiles = (int)(rows / 128 * (cols / 128));
         report("tile-q+t, one tile a CTA",
