@@ -103,6 +103,16 @@ __device__ __forceinline__ void tma_load_tile(void *dst, const CUtensorMap *map,
 }
 __device__ __forceinline__ void fence_async_shared() { bfp8_sm90::fence_proxy_async_shared(); }
 
+/* A 16-byte store whose L2 line is kept in preference to others (x^T's
+ * 128-byte pieces wait there for their DRAM neighbours). */
+__device__ __forceinline__ void store16_evict_last(uint8_t *dst, uint4 v) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(dst), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w), "l"(policy)
+                 : "memory");
+}
+
 /* Two e4m3 codes in the low 16 bits: lo at the lower address. */
 __device__ __forceinline__ uint32_t e4m3x2(float lo, float hi) {
     uint16_t h;
@@ -455,7 +465,9 @@ __device__ __forceinline__ void store_transposed(const tile_args &a, const tile_
 }
 
 /* store_transposed for a whole tile (variant 2): every piece is 16 bytes
- * inside x^T; the thread's 4 pieces are 32 rows of x^T apart. */
+ * inside x^T; the thread's 4 pieces are 32 rows of x^T apart. kEvictLast
+ * (variant 5): the pieces stay in L2 in preference to other lines. */
+template <bool kEvictLast>
 __device__ __forceinline__ void store_transposed_full(const tile_args &a, const tile_pos &p,
                                                       const uint8_t *transposed) {
     const int c0 = (int)threadIdx.x >> 3, k = (int)threadIdx.x & 7;
@@ -468,7 +480,10 @@ __device__ __forceinline__ void store_transposed_full(const tile_args &a, const 
         const int f = (c >> 3) & 15;
         uint4 v = *reinterpret_cast<const uint4 *>(transposed + c * kTile + ((2 * k) ^ (f & ~1)) * 8);
         if (f & 1) v = make_uint4(v.z, v.w, v.x, v.y);
-        *reinterpret_cast<uint4 *>(dst) = v;
+        if (kEvictLast)
+            store16_evict_last(dst, v);
+        else
+            *reinterpret_cast<uint4 *>(dst) = v;
         dst += dst_step;
     }
 }
@@ -558,7 +573,11 @@ __device__ __forceinline__ int finish_group(PartAt part_at, int pow2, float &mul
  *      Measured (bench/results/2026-11-30_quantize_h200_s5_one_tile.txt,
  *      same run as variants 0-4): fastest on all 22 kernels and shapes;
  *      bf16 dual 79-84% -> 86-90% of copy, bf16 W+W^T 78% -> 85%, f32 dual
- *      94-97%. Why: probe_bandwidth's copies (same run) move bytes at 92% of
+ *      94-97%. Whole tiles store their x^T pieces under an L2 evict-last
+ *      policy: a further 0.5-1.7 points (bf16 dual 86-91%,
+ *      ..._s5_evict_last.txt), and bench_linear unchanged, so the lines
+ *      kept in L2 do not cost the GEMMs that follow. Why one tile per CTA:
+ *      probe_bandwidth's copies (same run) move bytes at 92% of
  *      cudaMemcpy when their grid is persistent and 96-97% when every CTA
  *      takes one piece and leaves (cudaMemcpy itself is an SM kernel: it
  *      waits for free SMs); the tile probe of the dual quantizer's data
@@ -700,7 +719,7 @@ __device__ __forceinline__ void quantize_tile_lean(const tile_args &a, tile_pos 
         }
         __syncthreads();
         if (kFull)
-            store_transposed_full(a, p, transposed);
+            store_transposed_full<false>(a, p, transposed);
         else
             store_transposed<kAligned>(a, p, transposed);
     }
@@ -884,7 +903,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
         }
         __syncthreads();
         if (kFull)
-            store_transposed_full(a, p, transposed);
+            store_transposed_full<kV == 5>(a, p, transposed);
         else
             store_transposed<kAligned>(a, p, transposed);
     }
