@@ -111,7 +111,21 @@ __device__ __forceinline__ uint2 block_column(const uint32_t (&code)[8][2], int 
 
 /* 128 x 128 tiles over a persistent grid; 256 threads, each an 8 x 8 block
  * (rows rb*8.., columns cc*8..) loaded straight from global memory. */
-template <bool kLinearT>
+/* A 16-byte store under an L2 policy: 0 none, 1 evict-last, 2 evict-first. */
+template <int kPolicy> __device__ __forceinline__ void store16(uint8_t *dst, uint4 w) {
+    if (kPolicy == 0) {
+        *reinterpret_cast<uint4 *>(dst) = w;
+        return;
+    }
+    uint64_t pol;
+    if (kPolicy == 1) asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(pol));
+    else asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(dst), "r"(w.x), "r"(w.y),
+                 "r"(w.z), "r"(w.w), "l"(pol)
+                 : "memory");
+}
+
+template <bool kLinearT, int kTPolicy = 0>
 __global__ void __launch_bounds__(256, 2)
     probe_tile_qt(const uint16_t *__restrict__ x, int64_t rows, int64_t cols, uint8_t *__restrict__ q,
                   uint8_t *__restrict__ t) {
@@ -135,7 +149,7 @@ __global__ void __launch_bounds__(256, 2)
             uint4 w = *reinterpret_cast<const uint4 *>(transposed + c * 128 + ((2 * k) ^ (f & ~1)) * 8);
             if (f & 1) w = make_uint4(w.z, w.w, w.x, w.y);
             uint8_t *dst = kLinearT ? t + tile * 16384 + c * 128 + k * 16 : t + (c0 + c) * rows + r0 + k * 16;
-            *reinterpret_cast<uint4 *>(dst) = w;
+            store16<kTPolicy>(dst, w);
         }
     }
 }
@@ -506,6 +520,12 @@ int main(int argc, char **argv) {
         const int n_tiles = (int)(rows / 128 * (cols / 128));
         report("tile-q+t, one tile a CTA",
                median_ms([&] { probe_tile_qt<false><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+               4.0 * n);
+        report("tile-q+t, one a CTA, t evict-last",
+               median_ms([&] { probe_tile_qt<false, 1><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+               4.0 * n);
+        report("tile-q+t, one a CTA, t evict-first",
+               median_ms([&] { probe_tile_qt<false, 2><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
                4.0 * n);
         report("t tile by tile, one a CTA",
                median_ms([&] { probe_tile_qt<true><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
