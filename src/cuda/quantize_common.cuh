@@ -606,7 +606,7 @@ template <typename In, int kV = kDefaultVariant> struct kernel_shape {
     static constexpr int kMinBlocks = kOneTile ? (sizeof(In) == 2 ? 3 : 2) : sizeof(In) == 2 ? 2 : 1;
     static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
     static constexpr int kScratch = kV == 3 ? kLeanScratchBytes : kScratchBytes;
-    /* variant 4, bf16: one mbarrier per stage after the multipliers */
+    /* variants 4 and 5, bf16: one mbarrier per stage after the multipliers */
     static constexpr bool kTmaLoads = (kV == 4 || kV == 5) && sizeof(In) == 2;
     static constexpr int kBarrierOffset = kStages * kStageBytes + kScratch + kMultBytes;
     static constexpr int kSmemBytes = kBarrierOffset + (kTmaLoads ? kStages * 8 : 0);
@@ -1096,7 +1096,7 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
     const int64_t resident = (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms;
     const int64_t cap = kernel_shape<In, kV>::kOneTile ? INT32_MAX : resident;
     const int grid = (int)(args.num_tiles < cap ? args.num_tiles : cap);
-    CUtensorMap tmap_x = {}; /* variant 4: x in boxes of one tile, read by the TMA unit */
+    CUtensorMap tmap_x = {}; /* variants 4 and 5: x in boxes of one tile, read by the TMA unit */
     if constexpr (kernel_shape<In, kV>::kTmaLoads && kAligned)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,
                                          (uint64_t)args.rows, (uint64_t)args.x_ld * sizeof(In), kTile, kTile,
