@@ -11,7 +11,8 @@
  *                                         with bn=128: two accumulators (1D2D only); "store=direct": bf16
  *                                         output stored from registers, not by TMA;
  *                                         "split=N": the last wave's tiles in N k-slices
- *                                         (1: never split; the default chooses)
+ *                                         (1: never split; the default chooses);
+ *                                         "gm=G": tiles rasterized in groups of G cluster rows
  *   BFP8_GEMM_TRACE=1                     print the configuration of each call
  */
 #include <math.h>
@@ -61,6 +62,7 @@ struct Config {
     int cm, cn;    /* cluster of cm x cn tiles: A shared by cn CTAs, B by cm CTAs */
     int direct_store; /* bf16 output stored from registers, not by TMA through shared memory */
     int split;        /* k-slices per tile of the last wave: 0 chosen per shape, 1 never, N forced */
+    int group_m;      /* raster group height in cluster rows; 0: the default */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -273,8 +275,23 @@ template <bool B_1X128> Config choose_config(int m, int n, int num_k_blocks, con
         }
         best.direct_store = strstr(forced, "store=direct") != nullptr;
         best.split = split ? atoi(split + 6) : 0;
+        const char *gm = strstr(forced, "gm=");
+        best.group_m = gm ? atoi(gm + 3) : 0;
     }
     return best;
+}
+
+/* The raster group height, in cluster rows. Groups of 16 tile rows by
+ * default; a 1D2D GEMM whose every row fits in a group with at least three
+ * columns of tiles per wave of resident clusters walks column by column over
+ * all rows instead: 1.05-1.08x faster on the H200 with M = 4096 and BM = 192
+ * (22 rows: 4096x7168x16384, 4096x4096x16384, 4096x14336x16384,
+ * 4096x7168x4096), the same with 11, 32 and 43 rows, and 10-25% slower with
+ * 86 (bench/results/2026-12-01_gemm_h200_s6_raster.txt). The wgrad GEMM
+ * kept 16 (the same or 1% slower). */
+template <bool B_1X128> int default_group_m(int num_cluster_rows, int cm, int slots) {
+    if (!B_1X128 && 3 * num_cluster_rows <= slots) return num_cluster_rows;
+    return 16 / cm;
 }
 
 template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED, int TMA_OUT>
@@ -292,10 +309,10 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
 
     p.num_m_tiles = (int)bfp8_ceil_div(p.m, BM);
     p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
-    p.group_m = 16 / CM;
     const int max_clusters = K::max_active_clusters(ctx); /* the same for its split kernel */
     if (max_clusters < 1)
         return bfp8_fail(BFP8_ERR_CUDA, "no cluster of %d CTAs of the GEMM kernel fits on this GPU", K::CLUSTER);
+    p.group_m = c.group_m > 0 ? c.group_m : default_group_m<B_1X128>((int)bfp8_ceil_div(p.num_m_tiles, CM), CM, max_clusters);
     const int64_t cluster_tiles = bfp8_ceil_div(p.num_m_tiles, CM) * bfp8_ceil_div(p.num_n_tiles, CN);
     constexpr bool SPLITS = bfp8_gemm::can_split(BN, CM, CN, B_1X128, PIPELINED);
     SplitPlan plan = plan_split(cluster_tiles, max_clusters, p.num_k_blocks, SPLITS ? c.split : 1);
@@ -315,9 +332,10 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     if (env_or_null("BFP8_GEMM_TRACE"))
         fprintf(stderr,
                 "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d pipe=%d cluster=%dx%d stages=%d (max clusters %d) "
-                "out=%s tiles=%lld split=%d of the last %lld\n",
+                "out=%s tiles=%lld split=%d of the last %lld gm=%d\n",
                 B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, max_clusters,
-                TMA_OUT_NAMES[TMA_OUT], (long long)cluster_tiles, p.split, (long long)(cluster_tiles - plan.whole));
+                TMA_OUT_NAMES[TMA_OUT], (long long)cluster_tiles, p.split, (long long)(cluster_tiles - plan.whole),
+                p.group_m);
     CUtensorMap tmap_d = tmap_a; /* unused unless TMA_OUT */
     if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
