@@ -3,7 +3,7 @@
  * bandwidth measured in the same run (issue #3, docs/TARGETS.md).
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
- *                  [--variant N|N-M|both|all]
+ *                  [--variant N|N-M|both|all] [--act RxC]... [--weight RxC]... [--dtype bf16|f32]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -30,6 +30,9 @@
  * --profile: no timing and no checks, one launch of each kernel (plus one
  * copy), for `ncu --launch-count` / nsys.
  * --quick: only 16384x4096 and the weight, fewer repetitions.
+ * --act / --weight: time these activation (1x128) / weight (128x128) shapes
+ * instead of the defaults (given either, only the shapes given run);
+ * --dtype: only that input type.
  */
 #include <math.h>
 #include <stdio.h>
@@ -303,13 +306,16 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]"
-            " [--variant N|N-M|both|all]\n", prog);
+            " [--variant N|N-M|both|all]\n          [--act RxC]... [--weight RxC]... [--dtype bf16|f32]\n", prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1, v_first = 0, v_last = kBenchVariants - 1;
     const char *json = NULL;
+    enum { kMaxShapes = 8 };
+    int64_t shapes[2 * kMaxShapes][2]; /* activations, then weights */
+    int is_weight[2 * kMaxShapes], n_given = 0, d_first = 0, d_last = 1;
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--warmup") == 0 && v) { warmup = atoi(v); ++i; }
@@ -318,6 +324,22 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--quick") == 0) quick = 1;
         else if (strcmp(a, "--profile") == 0) profile = 1;
         else if (strcmp(a, "--no-check") == 0) check = 0;
+        else if ((strcmp(a, "--act") == 0 || strcmp(a, "--weight") == 0) && v) {
+            long long r = 0, c = 0;
+            char tail = 0;
+            if (n_given == 2 * kMaxShapes || sscanf(v, "%lldx%lld%c", &r, &c, &tail) != 2 || r < 1 || c < 1)
+                usage(argv[0]);
+            shapes[n_given][0] = r;
+            shapes[n_given][1] = c;
+            is_weight[n_given++] = a[2] == 'w';
+            ++i;
+        }
+        else if (strcmp(a, "--dtype") == 0 && v) {
+            if (strcmp(v, "bf16") == 0) d_first = d_last = 0;
+            else if (strcmp(v, "f32") == 0) d_first = d_last = 1;
+            else usage(argv[0]);
+            ++i;
+        }
         else if (strcmp(a, "--variant") == 0 && v) {
             if (strcmp(v, "both") == 0) { v_first = 0; v_last = 1; }
             else if (strcmp(v, "all") == 0) { v_first = 0; v_last = kBenchVariants - 1; }
@@ -357,16 +379,24 @@ int main(int argc, char **argv) {
                copy_t.median_ms, copy_gbps, copy_small_gbps);
     }
 
-    static const int64_t act_shapes[][2] = {{16384, 4096}, {16384, 14336}, {131072, 4096}};
-    const int n_act = quick ? 1 : 3;
+    if (n_given == 0) { /* the issue's shapes: activations, then the weight */
+        static const int64_t defaults[][2] = {{16384, 4096}, {16384, 14336}, {131072, 4096}, {4096, 14336}};
+        const int n_act = quick ? 1 : 3;
+        for (int k = 0; k < n_act; ++k, ++n_given) {
+            memcpy(shapes[n_given], defaults[k], sizeof shapes[0]);
+            is_weight[n_given] = 0;
+        }
+        memcpy(shapes[n_given], defaults[3], sizeof shapes[0]);
+        is_weight[n_given++] = 1;
+    }
     const bfp8_dtype dtypes[2] = {BFP8_BF16, BFP8_F32};
     int64_t total_bad = 0;
     uint64_t seed = 1;
 
-    for (int k = 0; k < n_act + 1; ++k) {
-        const int block = k == n_act;
-        const int64_t R = block ? 4096 : act_shapes[k][0], C = block ? 14336 : act_shapes[k][1];
-        for (int d = 0; d < 2; ++d) {
+    for (int k = 0; k < n_given; ++k) {
+        const int block = is_weight[k];
+        const int64_t R = shapes[k][0], C = shapes[k][1];
+        for (int d = d_first; d <= d_last; ++d) {
             workload w;
             workload_init(&w, dtypes[d], R, C, block, seed++);
             const int m0 = block ? MODE_W_WT : MODE_DUAL, m1 = block ? MODE_W : MODE_COLS;
