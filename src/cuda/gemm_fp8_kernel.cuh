@@ -26,7 +26,8 @@
  *     go from registers to global memory (accumulate into another C,
  *     unaligned D);
  *   - tiles are handed out round-robin over a grouped ("swizzled") order so
- *     that the tiles in flight at one time share A and B rows in L2;
+ *     that the tiles in flight at one time share A and B rows in L2 (the
+ *     group height is the host's choice: Params::group_m);
  *   - the last, partial wave of tiles is split along K (single-CTA tiles):
  *     each of its tiles becomes `split` units of consecutive k-blocks, run
  *     at once on otherwise idle SMs, by a second launch (the SPLITS
