@@ -1,0 +1,260 @@
+"""test_binding_torch.py - the Python binding over PyTorch CUDA tensors (GPU):
+
+    BLOCKFP8_LIBRARY=build/libblockfp8.so PYTHONPATH=python python3 tests/python/test_binding_torch.py [--bench]
+
+- the CUDA quantizers bit for bit against the CPU backend (numpy) on the
+  same values, every layout, ragged shapes;
+- the CUDA GEMMs against fp64 products of the same fp8 data (>= 40 dB,
+  and in every 128 x 128 tile), accumulation in place;
+- blockfp8.torch.Float8BlockwiseLinear forward and backward against fp64
+  products of the unquantized tensors (>= 28 dB, RECIPE.md's bar for random
+  normal inputs; the bf16 weight gradient >= 40 dB), bias, from_linear, and
+  the same bits on a side stream as on the default one;
+- blockfp8.Linear (the library's layer) on CUDA against the same layer on
+  the CPU backend.
+--bench: Float8BlockwiseLinear forward + backward against torch's bf16
+nn.functional.linear on the TARGETS shapes (CUDA events, median of 20).
+Needs torch and numpy (not ml_dtypes).
+Exit code: 0 passed, 1 a failure, 77 skipped (no torch, numpy, or GPU).
+"""
+import os
+import sys
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(here, "..", "..", "python"))
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print("SKIP: %s" % e)
+    sys.exit(77)
+if not torch.cuda.is_available():
+    print("SKIP: no CUDA device for torch")
+    sys.exit(77)
+
+import blockfp8 as bf  # noqa: E402
+from blockfp8.torch import Float8BlockwiseLinear  # noqa: E402
+
+if bf.cuda_device_count() < 1:
+    print("SKIP: libblockfp8 sees no CUDA device (built without CUDA?)")
+    sys.exit(77)
+
+failures = 0
+checks = 0
+dev = torch.device("cuda", 0)
+
+
+def check(ok, what):
+    global failures, checks
+    checks += 1
+    if not ok:
+        failures += 1
+        print("FAIL " + what)
+
+
+def sqnr_db(ref, out):
+    ref, out = ref.double(), out.double()
+    noise = torch.linalg.norm(ref - out).item()
+    return float("inf") if noise == 0 else 20 * np.log10(torch.linalg.norm(ref).item() / noise)
+
+
+def worst_tile_db(ref, out):
+    worst = float("inf")
+    for r in range(0, ref.shape[0], 128):
+        for c in range(0, ref.shape[1], 128):
+            t = ref[r:r + 128, c:c + 128]
+            if torch.any(t != 0):
+                worst = min(worst, sqnr_db(t, out[r:r + 128, c:c + 128]))
+    return worst
+
+
+def make(rows, cols, dtype, gen):
+    x = torch.randn(rows, cols, generator=gen, dtype=torch.float32)
+    x[: min(rows, 130), : min(cols, 128)] = 0.0
+    x[rows // 2, cols // 2] *= 1000.0
+    return x.to(dtype)
+
+
+def as_numpy(t):
+    """A CPU tensor as numpy (bf16 as uint16 bit patterns, which the binding takes as bf16)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16)
+    return t.numpy()
+
+
+def from_numpy(a):
+    """numpy (f32, or bf16 as ml_dtypes.bfloat16 or uint16 bits) as an f32 CPU tensor."""
+    if a.dtype.itemsize == 2:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).float()
+    return torch.from_numpy(np.asarray(a, np.float32))
+
+
+E4M3 = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn).double()
+
+
+def decode(q):
+    """A CUDA QTensor's values (codes * scales) in fp64, on the GPU."""
+    codes = E4M3[q.data[:, : q.cols].cpu().long()]
+    scales = q.scales.double().cpu()
+    if q.granularity == 1:
+        scales = scales[:, : q.rows].t().repeat_interleave(128, dim=1)[:, : q.cols]
+    else:
+        scales = scales.repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[: q.rows, : q.cols]
+    return (codes * scales).to(dev)
+
+
+def same_q(gpu, cpu, label):
+    check(np.array_equal(gpu.data.cpu().numpy()[:, : gpu.cols], cpu.data[:, : cpu.cols]), label + ": codes")
+    rows = gpu.scales.shape[1] if gpu.granularity == 2 else gpu.rows
+    check(np.array_equal(gpu.scales.cpu().numpy()[:, :rows].view(np.uint32), cpu.scales[:, :rows].view(np.uint32)),
+          label + ": scales")
+
+
+def test_quantizers(gen):
+    for rows, cols in [(1, 1), (129, 127), (1000, 4160), (4096, 4096)]:
+        for dtype in (torch.bfloat16, torch.float32):
+            x = make(rows, cols, dtype, gen)
+            label = "%dx%d %s" % (rows, cols, dtype)
+            g_rows, g_cols = bf.quantize_1x128(x.to(dev), rows=True, cols=True)
+            c_rows, c_cols = bf.quantize_1x128(as_numpy(x), rows=True, cols=True)
+            same_q(g_rows, c_rows, "1x128 rows " + label)
+            same_q(g_cols, c_cols, "1x128 cols " + label)
+            g, g_t = bf.quantize_128x128(x.to(dev), transposed=True)
+            c, c_t = bf.quantize_128x128(as_numpy(x), transposed=True)
+            same_q(g, c, "128x128 " + label)
+            same_q(g_t, c_t, "128x128 W^T " + label)
+    x = make(256, 512, torch.bfloat16, gen).to(dev)
+    x[7, 300] = float("inf")
+    flag = torch.zeros(1, dtype=torch.int32, device=dev)
+    bf.quantize_1x128(x, nonfinite_flag=flag)
+    check(flag.item() == 1, "non-finite flag on CUDA")
+
+
+def test_gemms(gen):
+    for m, n, k in [(1, 128, 128), (1000, 7168 + 8, 512), (2048, 1024, 4096)]:
+        qa, _ = bf.quantize_1x128(make(m, k, torch.bfloat16, gen).to(dev))
+        qb, _ = bf.quantize_128x128(make(n, k, torch.float32, gen).to(dev))
+        ref = decode(qa) @ decode(qb).t()
+        d = bf.gemm_1d2d(qa, qb)
+        label = "1d2d %dx%dx%d" % (m, n, k)
+        check(tuple(d.shape) == (m, n) and d.dtype == torch.bfloat16, label + ": shape / dtype")
+        got, tile = sqnr_db(ref, d), worst_tile_db(ref, d)
+        check(got >= 40 and tile >= 40, "%s: %.1f dB (worst tile %.1f)" % (label, got, tile))
+    tokens, n, k = 4097, 768, 1024
+    _, qdyt = bf.quantize_1x128(make(tokens, n, torch.bfloat16, gen).to(dev), rows=False, cols=True)
+    _, qxt = bf.quantize_1x128(make(tokens, k, torch.bfloat16, gen).to(dev), rows=False, cols=True)
+    ref = decode(qdyt) @ decode(qxt).t()
+    dw = bf.gemm_1d1d(qdyt, qxt)
+    check(sqnr_db(ref, dw) >= 40 and worst_tile_db(ref, dw) >= 40, "1d1d: %.1f dB" % sqnr_db(ref, dw))
+    acc = torch.randn(n, k, generator=gen).to(dev)
+    start = acc.clone()
+    bf.gemm_1d1d(qdyt, qxt, out=acc, accumulate=True)
+    bf.gemm_1d1d(qdyt, qxt, out=acc, accumulate=True)
+    check(sqnr_db(start.double() + 2 * ref, acc) >= 40, "1d1d accumulate in place")
+
+
+def run_layer(layer, x, dy):
+    x = x.clone().requires_grad_(True)
+    layer.zero_grad(set_to_none=True)
+    y = layer(x)
+    y.backward(dy)
+    torch.cuda.synchronize()
+    return y.detach(), x.grad, layer.weight.grad
+
+
+def test_module(gen):
+    tokens, k, n = 1000, 1024, 768
+    x = torch.randn(2, tokens // 2, k, generator=gen).to(dev, torch.bfloat16)
+    dy = torch.randn(2, tokens // 2, n, generator=gen).to(dev, torch.bfloat16)
+    base = torch.nn.Linear(k, n, bias=True).to(dev)
+    with torch.no_grad():
+        base.bias.normal_()
+    w = base.weight.detach().double()
+    xf, dyf = x.double().reshape(tokens, k), dy.double().reshape(tokens, n)
+    y_ref = (xf @ w.t() + base.bias.detach().double()).reshape(2, tokens // 2, n)
+    dx_ref, dw_ref = (dyf @ w).reshape(x.shape), dyf.t() @ xf
+    for recipe, wgrad_bar in (("fp8-blockwise", 28), ("fp8-blockwise-bf16wgrad", 40)):
+        layer = Float8BlockwiseLinear.from_linear(base, recipe=recipe)
+        y, dx, dw = run_layer(layer, x, dy)
+        got = (sqnr_db(y_ref, y), sqnr_db(dx_ref, dx), sqnr_db(dw_ref, dw))
+        check(got[0] >= 28 and got[1] >= 28 and got[2] >= wgrad_bar,
+              "Float8BlockwiseLinear %s: forward / dgrad / wgrad %.1f / %.1f / %.1f dB" % ((recipe,) + got))
+        check(y.dtype == torch.bfloat16 and dx.dtype == torch.bfloat16 and dw.dtype == torch.float32,
+              "Float8BlockwiseLinear %s: dtypes" % recipe)
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            y2, dx2, dw2 = run_layer(layer, x, dy)
+        check(torch.equal(y, y2) and torch.equal(dx, dx2) and torch.equal(dw, dw2),
+              "Float8BlockwiseLinear %s: a side stream gives other bits" % recipe)
+        print("Float8BlockwiseLinear %-24s forward %.2f dB, dgrad %.2f dB, wgrad %.2f dB" % ((recipe,) + got))
+
+
+def test_library_linear(gen):
+    tokens, k, n = 777, 1024, 640
+    w = (torch.randn(n, k, generator=gen) / k ** 0.5).float()
+    x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16)
+    dy = torch.randn(tokens, n, generator=gen).to(torch.bfloat16)
+    outs = []
+    for device in ("cpu", "cuda"):
+        lin = bf.Linear(k, n, max_tokens=1024, device=device)
+        if device == "cuda":
+            lin.set_weight(w.to(dev))
+            y = lin.forward(x.to(dev))
+            dx, dw = lin.backward(dy.to(dev))
+            torch.cuda.synchronize()
+            outs.append((y.cpu().float(), dx.cpu().float(), dw.cpu()))
+        else:
+            lin.set_weight(w.numpy())
+            y = lin.forward(as_numpy(x))
+            dx, dw = lin.backward(as_numpy(dy))
+            outs.append(tuple(from_numpy(a) for a in (y, dx, dw)))
+    got = [sqnr_db(c, g) for c, g in zip(outs[0], outs[1])]
+    check(all(v >= 40 for v in got), "Linear CUDA vs CPU: %.1f / %.1f / %.1f dB" % tuple(got))
+
+
+def bench():
+    import torch.nn.functional as F
+
+    def timed(fn, reps=20):
+        for _ in range(3):
+            fn()
+        times = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3)
+        return sorted(times)[len(times) // 2]
+
+    print("forward + backward, us (median of 20), %s" % torch.cuda.get_device_name(0))
+    for m, n, k in [(16384, 4096, 4096), (16384, 14336, 4096), (16384, 4096, 14336)]:
+        x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        dy = torch.randn(m, n, device=dev, dtype=torch.bfloat16)
+        w16 = torch.randn(n, k, device=dev, dtype=torch.bfloat16, requires_grad=True)
+        layer = Float8BlockwiseLinear(k, n, device=dev)
+
+        def step_bf16():
+            F.linear(x, w16).backward(dy)
+
+        def step_fp8():
+            layer(x).backward(dy)
+
+        t16, t8 = timed(step_bf16), timed(step_fp8)
+        print("  %dx%dx%d  torch bf16 %8.1f   Float8BlockwiseLinear %8.1f  (%.2fx)" % (m, n, k, t16, t8, t16 / t8))
+
+
+def main():
+    gen = torch.Generator().manual_seed(11)
+    for test in (test_quantizers, test_gemms, test_module, test_library_linear):
+        test(gen)
+    print("test_binding_torch: %d checks, %d failed" % (checks, failures))
+    if "--bench" in sys.argv[1:]:
+        bench()
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
