@@ -8,24 +8,13 @@ import ctypes as C
 import os
 import sys
 
-F32, BF16, E4M3, E5M2 = 0, 1, 2, 3
-GRAN_1X128, GRAN_128X128 = 1, 2
-OK = 0
+# the structs and enums of blockfp8.h, as the Python binding declares them
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from blockfp8._ffi import (BF16, E4M3, E5M2, F32, GRAN_1X128, GRAN_128X128, OK,  # noqa: E402
+                           Matrix, QMatrix, QuantizeOptions)
 
-
-class Matrix(C.Structure):
-    _fields_ = [("data", C.c_void_p), ("dtype", C.c_int), ("rows", C.c_int64),
-                ("cols", C.c_int64), ("ld", C.c_int64)]
-
-
-class QMatrix(C.Structure):
-    _fields_ = [("data", C.c_void_p), ("scales", C.c_void_p), ("dtype", C.c_int),
-                ("granularity", C.c_int), ("rows", C.c_int64), ("cols", C.c_int64),
-                ("ld", C.c_int64), ("scale_ld", C.c_int64)]
-
-
-class QuantizeOptions(C.Structure):
-    _fields_ = [("pow2_scales", C.c_int), ("nonfinite_flag", C.c_void_p)]
+__all__ = ["BF16", "E4M3", "E5M2", "F32", "GRAN_1X128", "GRAN_128X128", "OK", "Matrix", "QMatrix",
+           "QuantizeOptions", "Library", "ptr", "require_modules"]
 
 
 def ptr(a):
