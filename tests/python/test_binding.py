@@ -27,18 +27,10 @@ import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 
 import blockfp8 as bf  # noqa: E402
+from checklist import Checklist  # noqa: E402
 from quantize_oracle import oracle_1x128, oracle_128x128  # noqa: E402
 
-failures = 0
-checks = 0
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL " + what)
+check = Checklist("test_binding")
 
 
 def sqnr_db(ref, out):
@@ -198,8 +190,7 @@ def main():
     rng = np.random.default_rng(7)
     for test in (test_quantizers, test_nonfinite, test_gemms, test_linear, test_bad_input):
         test(rng)
-    print("test_binding: %d checks, %d failed" % (checks, failures))
-    return 1 if failures else 0
+    return check.finish()
 
 
 if __name__ == "__main__":

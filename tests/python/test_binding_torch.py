@@ -34,23 +34,15 @@ if not torch.cuda.is_available():
     sys.exit(77)
 
 import blockfp8 as bf  # noqa: E402
+from checklist import Checklist  # noqa: E402
 from blockfp8.torch import Float8BlockwiseLinear  # noqa: E402
 
 if bf.cuda_device_count() < 1:
     print("SKIP: libblockfp8 sees no CUDA device (built without CUDA?)")
     sys.exit(77)
 
-failures = 0
-checks = 0
+check = Checklist("test_binding_torch")
 dev = torch.device("cuda", 0)
-
-
-def check(ok, what):
-    global failures, checks
-    checks += 1
-    if not ok:
-        failures += 1
-        print("FAIL " + what)
 
 
 def sqnr_db(ref, out):
@@ -250,10 +242,10 @@ def main():
     gen = torch.Generator().manual_seed(11)
     for test in (test_quantizers, test_gemms, test_module, test_library_linear):
         test(gen)
-    print("test_binding_torch: %d checks, %d failed" % (checks, failures))
+    verdict = check.finish()
     if "--bench" in sys.argv[1:]:
         bench()
-    return 1 if failures else 0
+    return verdict
 
 
 if __name__ == "__main__":
