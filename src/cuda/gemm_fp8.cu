@@ -312,7 +312,8 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     const int max_clusters = K::max_active_clusters(ctx); /* the same for its split kernel */
     if (max_clusters < 1)
         return bfp8_fail(BFP8_ERR_CUDA, "no cluster of %d CTAs of the GEMM kernel fits on this GPU", K::CLUSTER);
-    p.group_m = c.group_m > 0 ? c.group_m : default_group_m<B_1X128>((int)bfp8_ceil_div(p.num_m_tiles, CM), CM, max_clusters);
+    p.group_m = c.group_m > 0 ? c.group_m
+                              : default_group_m<B_1X128>((int)bfp8_ceil_div(p.num_m_tiles, CM), CM, max_clusters);
     const int64_t cluster_tiles = bfp8_ceil_div(p.num_m_tiles, CM) * bfp8_ceil_div(p.num_n_tiles, CN);
     constexpr bool SPLITS = bfp8_gemm::can_split(BN, CM, CN, B_1X128, PIPELINED);
     SplitPlan plan = plan_split(cluster_tiles, max_clusters, p.num_k_blocks, SPLITS ? c.split : 1);
