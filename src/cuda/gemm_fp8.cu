@@ -281,17 +281,18 @@ template <bool B_1X128> Config choose_config(int m, int n, int num_k_blocks, con
     return best;
 }
 
-/* The raster group height, in cluster rows. Groups of 16 tile rows by
- * default; a 1D2D GEMM whose every row fits in a group with at least three
- * columns of tiles per wave of resident clusters walks column by column over
- * all rows instead: 1.05-1.08x faster on the H200 with M = 4096 and BM = 192
- * (22 rows: 4096x7168x16384, 4096x4096x16384, 4096x14336x16384,
- * 4096x7168x4096), the same with 11, 32 and 43 rows, and 10-25% slower with
- * 86 (bench/results/2026-12-01_gemm_h200_s6_raster.txt). The wgrad GEMM
- * kept 16 (the same or 1% slower). */
+/* The raster group height, in cluster rows. A 1D2D GEMM walks groups of
+ * slots / 6 rows (22 tile rows with 132 resident CTAs: each wave of tiles is
+ * 6 whole columns of a group), or all rows, column by column, when there are
+ * fewer. On the H200 that beat every other height tried (4 to 86 tile rows):
+ * against the former 16, 1.05-1.08x with M = 4096 (4096x7168x16384 and three
+ * more long-K shapes), 1.0-1.025x on the 16384-row TARGETS shapes and 1.02x
+ * on 8192^3 (bench/results/2026-12-01_gemm_h200_s6_raster.txt). The wgrad
+ * GEMM keeps 16: all rows were the same or 1% slower there, 22 untried
+ * beyond that. */
 template <bool B_1X128> int default_group_m(int num_cluster_rows, int cm, int slots) {
-    if (!B_1X128 && 3 * num_cluster_rows <= slots) return num_cluster_rows;
-    return 16 / cm;
+    if (B_1X128) return 16 / cm;
+    return max(1, min(num_cluster_rows, slots / 6));
 }
 
 template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED, int TMA_OUT>
