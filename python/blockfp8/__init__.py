@@ -23,7 +23,7 @@ import ctypes as C
 
 from . import _ffi
 
-__all__ = ["Error", "QTensor", "Linear", "cuda_device_count", "quantize_1x128", "quantize_128x128",
+__all__ = ["Error", "Context", "QTensor", "Linear", "cuda_device_count", "quantize_1x128", "quantize_128x128",
            "dequantize", "gemm_1d2d", "gemm_1d1d"]
 
 _lib = None
