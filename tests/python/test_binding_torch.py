@@ -1,17 +1,18 @@
-"""test_binding_torch.py - the Python binding over PyTorch CUDA tensors (GPU):
+"""test_binding_torch.py - the Python binding over PyTorch CUDA tensors (GPU),
+or over PyTorch CPU tensors (--cpu: the CPU backend, no GPU needed):
 
-    BLOCKFP8_LIBRARY=build/libblockfp8.so PYTHONPATH=python python3 tests/python/test_binding_torch.py [--bench]
+    BLOCKFP8_LIBRARY=build/libblockfp8.so python3 tests/python/test_binding_torch.py [--bench | --cpu]
 
-- the CUDA quantizers bit for bit against the CPU backend (numpy) on the
-  same values, every layout, ragged shapes;
-- the CUDA GEMMs against fp64 products of the same fp8 data (>= 40 dB,
+- the quantizers on tensors bit for bit against the CPU backend over numpy
+  on the same values, every layout, ragged shapes;
+- the GEMMs against fp64 products of the same fp8 data (>= 40 dB,
   and in every 128 x 128 tile), accumulation in place;
 - blockfp8.torch.Float8BlockwiseLinear forward and backward against fp64
   products of the unquantized tensors (>= 28 dB, RECIPE.md's bar for random
   normal inputs; the bf16 weight gradient >= 40 dB), bias, from_linear, and
-  the same bits on a side stream as on the default one;
-- blockfp8.Linear (the library's layer) on CUDA against the same layer on
-  the CPU backend.
+  (CUDA) the same bits on a side stream as on the default one;
+- blockfp8.Linear (the library's layer) on tensors against the same layer
+  over numpy.
 --bench: Float8BlockwiseLinear forward + backward against torch's bf16
 nn.functional.linear on the TARGETS shapes (training steps back to back).
 Needs torch and numpy (not ml_dtypes).
@@ -29,7 +30,8 @@ try:
 except ImportError as e:
     print("SKIP: %s" % e)
     sys.exit(77)
-if not torch.cuda.is_available():
+ON_CPU = "--cpu" in sys.argv[1:]
+if not ON_CPU and not torch.cuda.is_available():
     print("SKIP: no CUDA device for torch")
     sys.exit(77)
 
@@ -37,12 +39,17 @@ import blockfp8 as bf  # noqa: E402
 from checklist import Checklist  # noqa: E402
 from blockfp8.torch import Float8BlockwiseLinear  # noqa: E402
 
-if bf.cuda_device_count() < 1:
+if not ON_CPU and bf.cuda_device_count() < 1:
     print("SKIP: libblockfp8 sees no CUDA device (built without CUDA?)")
     sys.exit(77)
 
 check = Checklist("test_binding_torch")
-dev = torch.device("cuda", 0)
+dev = torch.device("cpu") if ON_CPU else torch.device("cuda", 0)
+
+
+def synchronize():
+    if not ON_CPU:
+        torch.cuda.synchronize()
 
 
 def sqnr_db(ref, out):
@@ -151,7 +158,7 @@ def run_layer(layer, x, dy):
     layer.zero_grad(set_to_none=True)
     y = layer(x)
     y.backward(dy)
-    torch.cuda.synchronize()
+    synchronize()
     return y.detach(), x.grad, layer.weight.grad
 
 
@@ -174,11 +181,12 @@ def test_module(gen):
               "Float8BlockwiseLinear %s: forward / dgrad / wgrad %.1f / %.1f / %.1f dB" % ((recipe,) + got))
         check(y.dtype == torch.bfloat16 and dx.dtype == torch.bfloat16 and dw.dtype == torch.float32,
               "Float8BlockwiseLinear %s: dtypes" % recipe)
-        side = torch.cuda.Stream()
-        with torch.cuda.stream(side):
-            y2, dx2, dw2 = run_layer(layer, x, dy)
-        check(torch.equal(y, y2) and torch.equal(dx, dx2) and torch.equal(dw, dw2),
-              "Float8BlockwiseLinear %s: a side stream gives other bits" % recipe)
+        if not ON_CPU:
+            side = torch.cuda.Stream()
+            with torch.cuda.stream(side):
+                y2, dx2, dw2 = run_layer(layer, x, dy)
+            check(torch.equal(y, y2) and torch.equal(dx, dx2) and torch.equal(dw, dw2),
+                  "Float8BlockwiseLinear %s: a side stream gives other bits" % recipe)
         print("Float8BlockwiseLinear %-24s forward %.2f dB, dgrad %.2f dB, wgrad %.2f dB" % ((recipe,) + got))
 
 
@@ -188,13 +196,13 @@ def test_library_linear(gen):
     x = torch.randn(tokens, k, generator=gen).to(torch.bfloat16)
     dy = torch.randn(tokens, n, generator=gen).to(torch.bfloat16)
     outs = []
-    for device in ("cpu", "cuda"):
-        lin = bf.Linear(k, n, max_tokens=1024, device=device)
-        if device == "cuda":
+    for over_numpy in (True, False):
+        lin = bf.Linear(k, n, max_tokens=1024, device="cpu" if ON_CPU or over_numpy else "cuda")
+        if not over_numpy:
             lin.set_weight(w.to(dev))
             y = lin.forward(x.to(dev))
             dx, dw = lin.backward(dy.to(dev))
-            torch.cuda.synchronize()
+            synchronize()
             outs.append((y.cpu().float(), dx.cpu().float(), dw.cpu()))
         else:
             lin.set_weight(w.numpy())
@@ -202,7 +210,7 @@ def test_library_linear(gen):
             dx, dw = lin.backward(as_numpy(dy))
             outs.append(tuple(from_numpy(a) for a in (y, dx, dw)))
     got = [sqnr_db(c, g) for c, g in zip(outs[0], outs[1])]
-    check(all(v >= 40 for v in got), "Linear CUDA vs CPU: %.1f / %.1f / %.1f dB" % tuple(got))
+    check(all(v >= 40 for v in got), "Linear on tensors vs over numpy: %.1f / %.1f / %.1f dB" % tuple(got))
 
 
 def bench():
