@@ -11,6 +11,10 @@ layouts) and runs dx = dy W (1D2D) and dW = dy^T x (1D1D): all three GEMMs in
 FP8 (recipe "fp8-blockwise"), or dW in bf16 with torch (recipe
 "fp8-blockwise-bf16wgrad"). Every 128-wide k-block is promoted into fp32
 (docs/RECIPE.md). What forward keeps for backward is the fp8 x^T and W^T.
+
+NaN or Inf in x, W or the output gradient makes its groups NaN and sets a
+flag on the device (RECIPE.md section 3); layer.check_finite() reads the
+flags (a synchronization) and raises, naming the tensor: call it every step.
 """
 import torch
 
@@ -23,22 +27,23 @@ _RECIPES = ("fp8-blockwise", "fp8-blockwise-bf16wgrad")
 
 class _Float8BlockwiseLinearFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weight, recipe, pow2_scales):
+    def forward(ctx, x, weight, recipe, pow2_scales, flags):
         in_features, out_features = weight.shape[1], weight.shape[0]
         if x.shape[-1] != in_features:
             raise ValueError("blockfp8: input has %d features, the weight %d" % (x.shape[-1], in_features))
         lead = x.shape[:-1]
         x2 = x.reshape(-1, in_features).to(torch.bfloat16).contiguous()
         bf16_wgrad = recipe == "fp8-blockwise-bf16wgrad"
-        qx, qxt = _bf.quantize_1x128(x2, rows=True, cols=not bf16_wgrad, pow2=pow2_scales)
+        flag = (lambda i: flags[i:i + 1]) if flags is not None else (lambda i: None)
+        qx, qxt = _bf.quantize_1x128(x2, rows=True, cols=not bf16_wgrad, pow2=pow2_scales, nonfinite_flag=flag(0))
         w = weight.detach()
         w = (w if w.dtype in (torch.float32, torch.bfloat16) else w.float()).contiguous()
-        qw, qwt = _bf.quantize_128x128(w, transposed=True, pow2=pow2_scales)
+        qw, qwt = _bf.quantize_128x128(w, transposed=True, pow2=pow2_scales, nonfinite_flag=flag(1))
         y = _bf.gemm_1d2d(qx, qw)
         ctx.qwt, ctx.qxt = qwt, qxt
         ctx.x_bf16 = x2 if bf16_wgrad else None
         ctx.lead, ctx.x_dtype, ctx.w_dtype = lead, x.dtype, weight.dtype
-        ctx.pow2_scales = pow2_scales
+        ctx.pow2_scales, ctx.dy_flag = pow2_scales, flag(2)
         return y.reshape(*lead, out_features)
 
     @staticmethod
@@ -47,7 +52,8 @@ class _Float8BlockwiseLinearFunction(torch.autograd.Function):
         dy2 = dy.reshape(-1, out_features).to(torch.bfloat16).contiguous()
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         fp8_wgrad = ctx.x_bf16 is None
-        qdy, qdyt = _bf.quantize_1x128(dy2, rows=need_dx, cols=need_dw and fp8_wgrad, pow2=ctx.pow2_scales) \
+        qdy, qdyt = _bf.quantize_1x128(dy2, rows=need_dx, cols=need_dw and fp8_wgrad, pow2=ctx.pow2_scales,
+                                       nonfinite_flag=ctx.dy_flag) \
             if (need_dx or (need_dw and fp8_wgrad)) else (None, None)
         dx = dw = None
         if need_dx:
@@ -58,15 +64,17 @@ class _Float8BlockwiseLinearFunction(torch.autograd.Function):
             else:
                 dw = (dy2.t() @ ctx.x_bf16).float()
             dw = dw.to(ctx.w_dtype)
-        ctx.qwt = ctx.qxt = ctx.x_bf16 = None
-        return dx, dw, None, None
+        ctx.qwt = ctx.qxt = ctx.x_bf16 = ctx.dy_flag = None
+        return dx, dw, None, None, None
 
 
-def float8_blockwise_linear(x, weight, recipe="fp8-blockwise", pow2_scales=False):
-    """y = x weight^T with FP8 blockwise GEMMs in forward and backward (no bias)."""
+def float8_blockwise_linear(x, weight, recipe="fp8-blockwise", pow2_scales=False, nonfinite_flags=None):
+    """y = x weight^T with FP8 blockwise GEMMs in forward and backward (no
+    bias). nonfinite_flags: None, or 3 int32 on x's device, set to 1 when x,
+    the weight or the output gradient holds NaN or Inf."""
     if recipe not in _RECIPES:
         raise ValueError("blockfp8: recipe %r (expected one of %s)" % (recipe, ", ".join(_RECIPES)))
-    return _Float8BlockwiseLinearFunction.apply(x, weight, recipe, pow2_scales)
+    return _Float8BlockwiseLinearFunction.apply(x, weight, recipe, pow2_scales, nonfinite_flags)
 
 
 class Float8BlockwiseLinear(torch.nn.Module):
@@ -81,6 +89,7 @@ class Float8BlockwiseLinear(torch.nn.Module):
         self.recipe, self.pow2_scales = recipe, pow2_scales
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
         self.bias = torch.nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
+        self.register_buffer("nonfinite_flags", torch.zeros(3, dtype=torch.int32, device=device), persistent=False)
         torch.nn.init.kaiming_uniform_(self.weight, a=5 ** 0.5)
 
     @classmethod
@@ -95,8 +104,24 @@ class Float8BlockwiseLinear(torch.nn.Module):
         return layer
 
     def forward(self, x):
-        y = float8_blockwise_linear(x, self.weight, self.recipe, self.pow2_scales)
+        y = float8_blockwise_linear(x, self.weight, self.recipe, self.pow2_scales, self.nonfinite_flags)
         return y + self.bias.to(y.dtype) if self.bias is not None else y
+
+    _FLAG_NAMES = ("input", "weight", "output gradient")
+
+    def nonfinite(self):
+        """Which of input, weight, output gradient held NaN/Inf since the last
+        reset (reads the device flags: a synchronization)."""
+        return [name for name, f in zip(self._FLAG_NAMES, self.nonfinite_flags.tolist()) if f]
+
+    def reset_nonfinite(self):
+        self.nonfinite_flags.zero_()
+
+    def check_finite(self):
+        """Raise FloatingPointError naming the tensors that held NaN/Inf."""
+        bad = self.nonfinite()
+        if bad:
+            raise FloatingPointError("blockfp8: NaN or Inf in the %s of %s" % (" and ".join(bad), self.extra_repr()))
 
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bias=%s, recipe=%s" % (

@@ -9,8 +9,9 @@ or over PyTorch CPU tensors (--cpu: the CPU backend, no GPU needed):
   and in every 128 x 128 tile), accumulation in place;
 - blockfp8.torch.Float8BlockwiseLinear forward and backward against fp64
   products of the unquantized tensors (>= 28 dB, RECIPE.md's bar for random
-  normal inputs; the bf16 weight gradient >= 40 dB), bias, from_linear, and
-  (CUDA) the same bits on a side stream as on the default one;
+  normal inputs; the bf16 weight gradient >= 40 dB), bias, from_linear,
+  (CUDA) the same bits on a side stream as on the default one, and the
+  non-finite flags of input, weight and output gradient;
 - blockfp8.Linear (the library's layer) on tensors against the same layer
   over numpy.
 --bench: Float8BlockwiseLinear forward + backward against torch's bf16
@@ -188,6 +189,38 @@ def test_module(gen):
             check(torch.equal(y, y2) and torch.equal(dx, dx2) and torch.equal(dw, dw2),
                   "Float8BlockwiseLinear %s: a side stream gives other bits" % recipe)
         print("Float8BlockwiseLinear %-24s forward %.2f dB, dgrad %.2f dB, wgrad %.2f dB" % ((recipe,) + got))
+    test_nonfinite(layer, x, dy)
+
+
+def test_nonfinite(layer, x, dy):
+    """The layer's non-finite flags: raised by the tensor that held NaN/Inf, read by check_finite."""
+    check(layer.nonfinite() == [], "non-finite flags raised by finite data: %s" % layer.nonfinite())
+    cases = []
+    x_bad = x.clone()
+    x_bad[1, 3, 5] = float("nan")
+    cases.append(("input", x_bad, dy, None))
+    dy_bad = dy.clone()
+    dy_bad[0, 7, 2] = float("inf")
+    cases.append(("output gradient", x, dy_bad, None))
+    cases.append(("weight", x, dy, (0, 0)))
+    for name, xs, dys, w_at in cases:
+        layer.reset_nonfinite()
+        if w_at:
+            kept = layer.weight.detach()[w_at].item()
+            with torch.no_grad():
+                layer.weight[w_at] = float("nan")
+        run_layer(layer, xs, dys)
+        if w_at:
+            with torch.no_grad():
+                layer.weight[w_at] = kept
+        check(layer.nonfinite() == [name], "non-finite %s: flags say %s" % (name, layer.nonfinite()))
+        try:
+            layer.check_finite()
+            check(False, "check_finite did not raise on a non-finite %s" % name)
+        except FloatingPointError as e:
+            check(name in str(e), "check_finite's message: %s" % e)
+    layer.reset_nonfinite()
+    check(layer.nonfinite() == [], "reset_nonfinite")
 
 
 def test_library_linear(gen):
