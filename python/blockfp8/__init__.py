@@ -94,6 +94,21 @@ def _pointer(x):
     return x.data_ptr() if _is_torch(x) else x.ctypes.data
 
 
+def _place(x):
+    """Where an array's memory is: ("cuda", index) for CUDA tensors, else ("cpu",)."""
+    return ("cuda", x.device.index) if _is_torch(x) and x.is_cuda else ("cpu",)
+
+
+def _same_place(*named):
+    """(name, array or None) pairs: every given array in one place, or ValueError
+    (the CPU backend cannot tell a device pointer from a host one)."""
+    given = [(name, _place(a)) for name, a in named if a is not None]
+    for name, place in given[1:]:
+        if place != given[0][1]:
+            raise ValueError("blockfp8: %s is on %s but %s on %s" % (name, ":".join(map(str, place)), given[0][0],
+                                                                     ":".join(map(str, given[0][1]))))
+
+
 def _matrix(x, what):
     """The bfp8_matrix view of a 2-D array with contiguous rows."""
     if len(x.shape) != 2:
@@ -218,6 +233,7 @@ def quantize_1x128(x, rows=True, cols=False, pow2=False, nonfinite_flag=None):
     group holds NaN or Inf (that group's codes become NaN)."""
     if not rows and not cols:
         raise ValueError("blockfp8: quantize_1x128 needs rows=True or cols=True")
+    _same_place(("x", x), ("nonfinite_flag", nonfinite_flag))
     m = _matrix(x, "x")
     q_rows = QTensor.empty(x, m.rows, m.cols, _ffi.GRAN_1X128) if rows else None
     q_cols = QTensor.empty(x, m.cols, m.rows, _ffi.GRAN_1X128) if cols else None
@@ -233,6 +249,7 @@ def quantize_1x128(x, rows=True, cols=False, pow2=False, nonfinite_flag=None):
 def quantize_128x128(w, transposed=False, pow2=False, nonfinite_flag=None):
     """Weights, 128x128 blocks: (q, q_t) with q_t = the same blocks transposed
     (C x R; None unless transposed=True). W^T serves the dgrad GEMM."""
+    _same_place(("w", w), ("nonfinite_flag", nonfinite_flag))
     m = _matrix(w, "w")
     q = QTensor.empty(w, m.rows, m.cols, _ffi.GRAN_128X128)
     q_t = QTensor.empty(w, m.cols, m.rows, _ffi.GRAN_128X128) if transposed else None
@@ -255,6 +272,7 @@ def gemm_1d2d(a, b, out=None, out_dtype="bf16"):
     """D[M, N] = A[M, K] . B[N, K]^T with A 1x128 (activations, gradients) and
     B 128x128 (a weight or its transpose): fprop and dgrad. Every 128-wide
     k-block is promoted into fp32. out: an M x N bf16/f32 array, or a new one."""
+    _same_place(("a", a.data), ("b", b.data), ("out", out))
     if out is None:
         out = _empty(a.data, (a.rows, b.rows), out_dtype)
     sa, sb, d = a._struct(), b._struct(), _matrix(out, "out")
@@ -268,6 +286,7 @@ def gemm_1d1d(a, b, out=None, accumulate=False, out_dtype="f32"):
     accumulate: out += A.B^T (out f32, given), else out = A.B^T."""
     if accumulate and out is None:
         raise ValueError("blockfp8: gemm_1d1d(accumulate=True) needs out")
+    _same_place(("a", a.data), ("b", b.data), ("out", out))
     if out is None:
         out = _empty(a.data, (a.rows, b.rows), out_dtype)
     sa, sb, d = a._struct(), b._struct(), _matrix(out, "out")
@@ -299,6 +318,10 @@ class Linear:
         self._kept = None
 
     def _prepare(self, x):
+        place = ("cuda", self.ctx.device) if self.ctx.backend == "cuda" else ("cpu",)
+        if _place(x) != place:
+            raise ValueError("blockfp8: an array on %s given to a Linear on %s" % (
+                ":".join(map(str, _place(x))), ":".join(map(str, place))))
         if _is_torch(x) and x.is_cuda:
             import torch
             self.ctx.set_stream(torch.cuda.current_stream(x.device).cuda_stream)

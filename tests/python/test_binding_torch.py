@@ -244,6 +244,16 @@ def test_library_linear(gen):
             outs.append(tuple(from_numpy(a) for a in (y, dx, dw)))
     got = [sqnr_db(c, g) for c, g in zip(outs[0], outs[1])]
     check(all(v >= 40 for v in got), "Linear on tensors vs over numpy: %.1f / %.1f / %.1f dB" % tuple(got))
+    if not ON_CPU:  # operands on the GPU and on the host, mixed: refused before the library sees them
+        qa, _ = bf.quantize_1x128(x.to(dev))
+        qb, _ = bf.quantize_128x128(as_numpy(w))
+        for what, call in (("gemm_1d2d", lambda: bf.gemm_1d2d(qa, qb)),
+                           ("Linear", lambda: bf.Linear(k, n, 1024, device="cpu").forward(x.to(dev)))):
+            try:
+                call()
+                check(False, "%s took device and host memory together" % what)
+            except ValueError:
+                check(True, "")
 
 
 def bench():
