@@ -12,8 +12,10 @@ tensor's device and PyTorch's current stream).
 
 Matrices are 2-D and row-major with contiguous rows (a padded row stride is
 fine). bf16 arrays are torch.bfloat16 tensors, or numpy arrays of
-ml_dtypes.bfloat16 or of uint16 bit patterns. Every failure raises
-blockfp8.Error with the library's status and message; nothing is written.
+ml_dtypes.bfloat16 or of uint16 bit patterns. Arrays the binding cannot
+pass (wrong rank, dtype or strides, GPU and host memory mixed) raise
+ValueError or TypeError; a call the library refuses raises blockfp8.Error
+with its status and message. Either way nothing is written.
 On CUDA, calls are asynchronous on the current stream, as PyTorch's own.
 
 blockfp8.torch has Float8BlockwiseLinear, an nn.Module running all three
