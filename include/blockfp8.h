@@ -233,6 +233,34 @@ bfp8_status bfp8_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_
                            const bfp8_matrix *c, bfp8_matrix *d);
 
 /*
+ * Grouped GEMMs, for mixture-of-experts layers: G experts, the tokens routed
+ * to expert g in rows [offsets[g], offsets[g+1]) of one token matrix.
+ * group_offsets: G + 1 values in HOST memory, offsets[0] = 0, never
+ * decreasing, each a multiple of 128 (BFP8_GROUP_ALIGN: pad every expert's
+ * tokens with zero rows to a multiple of 128); an expert may have none.
+ * The numerics are those of bfp8_gemm_1d2d / bfp8_gemm_1d1d, group by group.
+ *
+ * 1D2D, grouped along M (fprop, dgrad):
+ *   D[rows of g, :] = A[rows of g, :] . B_g^T          for every g
+ *   a: M x K (1x128), offsets[G] <= M;
+ *   b: G*N x K (128x128), N a multiple of 128: the G weights quantized as
+ *      one matrix, B_g is rows g*N .. g*N + N - 1;
+ *   d: M x N, bf16 or f32; rows from offsets[G] on are not written.
+ * 1D1D, grouped along the tokens (wgrad):
+ *   D_g[N, K] = C_g + A[:, tokens of g] . B[:, tokens of g]^T   for every g
+ *   a: N x M (dy transposed), b: K x M (x transposed), both 1x128 along M,
+ *      offsets[G] <= M; c: f32 or NULL, may alias d;
+ *   d: G*N x K (D_g is rows g*N .. g*N + N - 1), f32 or bf16 (bf16 only
+ *      without c). An expert without tokens gets D_g = C_g (or zeros).
+ */
+#define BFP8_GROUP_ALIGN 128
+bfp8_status bfp8_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                   const int64_t *group_offsets, int num_groups, bfp8_matrix *d);
+bfp8_status bfp8_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                   const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                   bfp8_matrix *d);
+
+/*
  * bf16 GEMM (the baseline recipe):  D[M, N] = C + op(A)[M, K] . op(B)[N, K]^T
  *   a is stored M x K, or K x M when a_transposed;
  *   b is stored N x K, or K x N when b_transposed;

@@ -81,6 +81,11 @@ bfp8_status bfp8_cpu_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const b
                            bfp8_matrix *d);
 bfp8_status bfp8_cpu_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const bfp8_matrix *c, bfp8_matrix *d);
+bfp8_status bfp8_cpu_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                       const int64_t *group_offsets, int num_groups, bfp8_matrix *d);
+bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                       const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                       bfp8_matrix *d);
 bfp8_status bfp8_cpu_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                            const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
                            bfp8_matrix *d);
@@ -96,6 +101,11 @@ bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
                             bfp8_matrix *d);
 bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                             const bfp8_matrix *c, bfp8_matrix *d);
+bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                        const int64_t *group_offsets, int num_groups, bfp8_matrix *d);
+bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                        const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                        bfp8_matrix *d);
 bfp8_status bfp8_cuda_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                             const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
                             bfp8_matrix *d);

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "bench_device.h"
+#include "bench_lt.h"
 #include "bench_util.h"
 #include "test_util.h"
 
@@ -41,7 +42,7 @@
 #define MAX_CHECKS 6
 #define SAMPLE_TILES 3
 
-static const size_t kWorkspaceBytes = (size_t)32 << 20;
+static const size_t kWorkspaceBytes = BENCH_LT_WORKSPACE_BYTES;
 
 static const int64_t kDefaultShapes[][3] = {
     {16384, 4096, 4096}, {16384, 14336, 4096}, {16384, 4096, 14336}, {4096, 7168, 16384},
@@ -80,117 +81,6 @@ typedef struct problem_result {
     int nchecks;
     check_result checks[MAX_CHECKS];
 } problem_result;
-
-/* ------------------------------------------------------------------------ */
-/* cuBLASLt, FP8, "TN": our row-major D[rows, cols] = a[rows, K] . b[cols, K]^T
- * is the column-major D^T (cols x rows) = b (K x cols)^T . a (K x rows), so
- * cuBLAS's A is our b (transposed) and its B is our a; m = cols, n = rows.
- * The scales follow the operands: cuBLAS's A scale is our b's. Our layouts
- * (include/blockfp8.h) are what cuBLASLt reads when
- *   1x128:   scales[kb * scale_ld + r] with scale_ld == rows      ("M-major", M x L)
- *   128x128: scales[rb * scale_ld + kb] with scale_ld == ceil4(L) ("K-major", L4 x ceil(R/128))
- * and otherwise get repacked on the GPU (outside the timed region).        */
-
-typedef struct lt_gemm_spec {
-    int64_t rows, cols, depth, lda, ldb, ldd;
-    int32_t a_scale_mode, b_scale_mode; /* cublasLtMatmulMatrixScale_t of OUR a and b */
-    const void *a_scales, *b_scales;
-    cudaDataType_t d_type;
-    int accumulate; /* D += a.b^T (C = D, beta = 1) */
-    int8_t fast_accum;
-} lt_gemm_spec;
-
-typedef struct lt_gemm {
-    int ok;
-    char reason[384];
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a_layout, b_layout, d_layout; /* cuBLAS's A (our b), B (our a), D */
-    cublasLtMatmulAlgo_t algo;
-    float beta;
-} lt_gemm;
-
-static void lt_gemm_destroy(lt_gemm *g) {
-    if (g->d_layout) cublasLtMatrixLayoutDestroy(g->d_layout);
-    if (g->b_layout) cublasLtMatrixLayoutDestroy(g->b_layout);
-    if (g->a_layout) cublasLtMatrixLayoutDestroy(g->a_layout);
-    if (g->op) cublasLtMatmulDescDestroy(g->op);
-    g->d_layout = g->b_layout = g->a_layout = NULL;
-    g->op = NULL;
-}
-
-#define LT_STEP(call)                                                                        \
-    do {                                                                                     \
-        const cublasStatus_t lt_step_status_ = (call);                                       \
-        if (lt_step_status_ != CUBLAS_STATUS_SUCCESS) {                                      \
-            snprintf(g->reason, sizeof g->reason, "%s: %s", #call,                          \
-                     cublasLtGetStatusName(lt_step_status_));                                \
-            goto failed;                                                                     \
-        }                                                                                    \
-    } while (0)
-
-static int lt_gemm_create(lt_gemm *g, cublasLtHandle_t handle, const lt_gemm_spec *s) {
-    memset(g, 0, sizeof *g);
-    cublasLtMatmulPreference_t preference = NULL;
-    const cublasOperation_t transpose = CUBLAS_OP_T, no_transpose = CUBLAS_OP_N;
-    const size_t workspace_bytes = kWorkspaceBytes;
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    memset(&heuristic, 0, sizeof heuristic);
-    LT_STEP(cublasLtMatmulDescCreate(&g->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_STEP(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof transpose));
-    LT_STEP(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &no_transpose, sizeof no_transpose));
-    /* Scalar scaling is the default; the docs ask to leave modes not in use untouched. */
-    if (s->b_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
-        LT_STEP(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &s->b_scale_mode,
-                                               sizeof s->b_scale_mode));
-    if (s->a_scale_mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F)
-        LT_STEP(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &s->a_scale_mode,
-                                               sizeof s->a_scale_mode));
-    LT_STEP(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &s->b_scales,
-                                           sizeof s->b_scales));
-    LT_STEP(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &s->a_scales,
-                                           sizeof s->a_scales));
-    if (s->fast_accum)
-        LT_STEP(cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &s->fast_accum,
-                                               sizeof s->fast_accum));
-    LT_STEP(cublasLtMatrixLayoutCreate(&g->a_layout, CUDA_R_8F_E4M3, (uint64_t)s->depth, (uint64_t)s->cols, s->ldb));
-    LT_STEP(cublasLtMatrixLayoutCreate(&g->b_layout, CUDA_R_8F_E4M3, (uint64_t)s->depth, (uint64_t)s->rows, s->lda));
-    LT_STEP(cublasLtMatrixLayoutCreate(&g->d_layout, s->d_type, (uint64_t)s->cols, (uint64_t)s->rows, s->ldd));
-    LT_STEP(cublasLtMatmulPreferenceCreate(&preference));
-    LT_STEP(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                 &workspace_bytes, sizeof workspace_bytes));
-    LT_STEP(cublasLtMatmulAlgoGetHeuristic(handle, g->op, g->a_layout, g->b_layout, g->d_layout,
-                                           g->d_layout, preference, 1, &heuristic, &found));
-    if (found < 1) {
-        snprintf(g->reason, sizeof g->reason, "cublasLtMatmulAlgoGetHeuristic returned no algorithm");
-        goto failed;
-    }
-    cublasLtMatmulPreferenceDestroy(preference);
-    g->algo = heuristic.algo;
-    g->beta = s->accumulate ? 1.0f : 0.0f;
-    g->ok = 1;
-    return 1;
-failed:
-    if (preference) cublasLtMatmulPreferenceDestroy(preference);
-    lt_gemm_destroy(g);
-    g->ok = 0;
-    return 0;
-}
-
-static cublasStatus_t lt_gemm_run(lt_gemm *g, cublasLtHandle_t handle, const void *a,
-                                  const void *a_scales, const void *b, const void *b_scales, void *d,
-                                  void *workspace, cudaStream_t stream) {
-    cublasStatus_t status = cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER,
-                                                           &b_scales, sizeof b_scales);
-    if (status == CUBLAS_STATUS_SUCCESS)
-        status = cublasLtMatmulDescSetAttribute(g->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &a_scales,
-                                                sizeof a_scales);
-    const float alpha = 1.0f;
-    if (status == CUBLAS_STATUS_SUCCESS)
-        status = cublasLtMatmul(handle, g->op, &alpha, b, g->a_layout, a, g->b_layout, &g->beta, d,
-                                g->d_layout, d, g->d_layout, &g->algo, workspace, kWorkspaceBytes, stream);
-    return status;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Device memory of one shape, freed together; allocation failures are      */

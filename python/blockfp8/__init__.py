@@ -26,7 +26,7 @@ import ctypes as C
 from . import _ffi
 
 __all__ = ["Error", "Context", "QTensor", "Linear", "cuda_device_count", "quantize_1x128", "quantize_128x128",
-           "dequantize", "gemm_1d2d", "gemm_1d1d"]
+           "dequantize", "gemm_1d2d", "gemm_1d1d", "gemm_1d2d_grouped", "gemm_1d1d_grouped"]
 
 _lib = None
 
@@ -294,6 +294,46 @@ def gemm_1d1d(a, b, out=None, accumulate=False, out_dtype="f32"):
     sa, sb, d = a._struct(), b._struct(), _matrix(out, "out")
     _check(_library().bfp8_gemm_1d1d(_context_of(a.data)._handle, C.byref(sa), C.byref(sb),
                                      C.byref(d) if accumulate else None, C.byref(d)))
+    return out
+
+
+def _group_offsets(offsets):
+    """G + 1 host int64 offsets (a list, tuple or array) as a ctypes array."""
+    values = [int(v) for v in offsets]
+    if len(values) < 2:
+        raise ValueError("blockfp8: group offsets need at least two values (0 and the end of group 0)")
+    return (C.c_int64 * len(values))(*values), len(values) - 1
+
+
+def gemm_1d2d_grouped(a, b, offsets, out=None, out_dtype="bf16"):
+    """Mixture of experts, fprop and dgrad: D[rows of g] = A[rows of g] . B_g^T
+    for every expert g, whose tokens are rows offsets[g]..offsets[g+1] of A
+    (multiples of 128, host values). b stacks the G weights (G*N x K,
+    128x128, N a multiple of 128). D rows past offsets[-1] are not written."""
+    table, groups = _group_offsets(offsets)
+    _same_place(("a", a.data), ("b", b.data), ("out", out))
+    if out is None:
+        out = _empty(a.data, (a.rows, b.rows // groups), out_dtype)
+    sa, sb, d = a._struct(), b._struct(), _matrix(out, "out")
+    _check(_library().bfp8_gemm_1d2d_grouped(_context_of(a.data)._handle, C.byref(sa), C.byref(sb), table,
+                                             groups, C.byref(d)))
+    return out
+
+
+def gemm_1d1d_grouped(a, b, offsets, out=None, accumulate=False, out_dtype="f32"):
+    """Mixture of experts, wgrad: D_g[N, K] (+)= A[:, tokens of g] . B[:, tokens of g]^T
+    for every expert g, its tokens columns offsets[g]..offsets[g+1] (multiples
+    of 128, host values) of A (N x M) and B (K x M). D is G*N x K, expert g's
+    gradient rows g*N..; an expert without tokens gets zeros (or keeps out)."""
+    table, groups = _group_offsets(offsets)
+    if accumulate and out is None:
+        raise ValueError("blockfp8: gemm_1d1d_grouped(accumulate=True) needs out")
+    _same_place(("a", a.data), ("b", b.data), ("out", out))
+    if out is None:
+        out = _empty(a.data, (groups * a.rows, b.rows), out_dtype)
+    sa, sb, d = a._struct(), b._struct(), _matrix(out, "out")
+    _check(_library().bfp8_gemm_1d1d_grouped(_context_of(a.data)._handle, C.byref(sa), C.byref(sb), table,
+                                             groups, C.byref(d) if accumulate else None, C.byref(d)))
     return out
 
 

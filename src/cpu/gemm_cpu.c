@@ -259,6 +259,72 @@ bfp8_status bfp8_cpu_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const b
     return run_gemm(&job, "bfp8_cpu_gemm_1d1d");
 }
 
+/* The rows [r0, r0 + rows) of a 1x128 operand (scales: column r of every k-block row). */
+static bfp8_qmatrix qmatrix_rows_1x128(const bfp8_qmatrix *q, int64_t r0, int64_t rows) {
+    bfp8_qmatrix v = *q;
+    v.data = q->data + r0 * q->ld;
+    v.scales = q->scales + r0;
+    v.rows = rows;
+    return v;
+}
+
+/* The rows [r0, r0 + rows) of a matrix. */
+static bfp8_matrix matrix_rows(const bfp8_matrix *m, int64_t r0, int64_t rows) {
+    bfp8_matrix v = *m;
+    v.data = (uint8_t *)m->data + (size_t)(r0 * m->ld) * bfp8_dtype_size(m->dtype);
+    v.rows = rows;
+    return v;
+}
+
+/* Group by group: the 1D2D GEMM of the group's rows of a with its weight. */
+bfp8_status bfp8_cpu_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                       const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
+    const int64_t n = b->rows / num_groups;
+    for (int g = 0; g < num_groups; ++g) {
+        const int64_t r0 = group_offsets[g], rows = group_offsets[g + 1] - r0;
+        if (rows == 0) continue;
+        const bfp8_qmatrix ag = qmatrix_rows_1x128(a, r0, rows);
+        bfp8_qmatrix bg = *b; /* rows g*n.., whole 128-row blocks */
+        bg.data = b->data + g * n * b->ld;
+        bg.scales = b->scales + (g * n / 128) * b->scale_ld;
+        bg.rows = n;
+        bfp8_matrix dg = matrix_rows(d, r0, rows);
+        BFP8_TRY(bfp8_cpu_gemm_1d2d(ctx, &ag, &bg, &dg));
+    }
+    return BFP8_OK;
+}
+
+/* Group by group: the 1D1D GEMM over the group's tokens (columns of a and
+ * b) into its rows of d; a group without tokens gets C (or zeros). */
+bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                       const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                       bfp8_matrix *d) {
+    const int64_t n = a->rows;
+    for (int g = 0; g < num_groups; ++g) {
+        const int64_t t0 = group_offsets[g], tokens = group_offsets[g + 1] - t0;
+        bfp8_matrix dg = matrix_rows(d, g * n, n);
+        const bfp8_matrix cg = c ? matrix_rows(c, g * n, n) : dg;
+        if (tokens == 0) {
+            const size_t esize = bfp8_dtype_size(d->dtype);
+            for (int64_t r = 0; r < n; ++r) {
+                uint8_t *row = (uint8_t *)dg.data + (size_t)(r * dg.ld) * esize;
+                if (!c) memset(row, 0, (size_t)dg.cols * esize);
+                else if (cg.data != dg.data) memmove(row, (const float *)cg.data + r * cg.ld, (size_t)dg.cols * esize);
+            }
+            continue;
+        }
+        bfp8_qmatrix ag = *a, bg = *b; /* columns [t0, t0 + tokens): whole k-blocks */
+        ag.data = a->data + t0;
+        ag.scales = a->scales + (t0 / 128) * a->scale_ld;
+        ag.cols = tokens;
+        bg.data = b->data + t0;
+        bg.scales = b->scales + (t0 / 128) * b->scale_ld;
+        bg.cols = tokens;
+        BFP8_TRY(bfp8_cpu_gemm_1d1d(ctx, &ag, &bg, c ? &cg : NULL, &dg));
+    }
+    return BFP8_OK;
+}
+
 bfp8_status bfp8_cpu_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                                const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
                                bfp8_matrix *d) {

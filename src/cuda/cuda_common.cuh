@@ -31,6 +31,8 @@ struct bfp8_cuda_state {
     void *cublaslt_workspace;  /* device memory for cuBLASLt */
     size_t cublaslt_workspace_bytes;
     void *gemm_split_workspace; /* FP8 GEMM: partial tiles and flags of k-split tiles, made on first use */
+    void *gemm_group_table;     /* grouped FP8 GEMMs: the kernel's group table (Params::group_table) */
+    size_t gemm_group_table_bytes;
 };
 
 static inline cudaStream_t bfp8_stream_of(const bfp8_context *ctx) {

@@ -183,14 +183,14 @@ template <int BM, int BN, bool B_1X128, int TMA_OUT> constexpr int stages_for() 
 }
 
 template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED = false, int TMA_OUT = bfp8_gemm::TMA_NONE,
-          bool SPLITS = false>
+          bool SPLITS = false, bool GROUPED = false>
 struct Kernel {
     static constexpr int STAGES = stages_for<BM, BN, B_1X128, TMA_OUT>();
     static constexpr int CLUSTER = CM * CN;
     using Layout = bfp8_gemm::SharedLayout<BM, BN, B_1X128, STAGES, TMA_OUT>;
     static_assert(Layout::TOTAL <= 227 * 1024, "shared memory");
     static constexpr auto function =
-        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED, TMA_OUT, SPLITS>;
+        bfp8_gemm::gemm_fp8_blockwise_kernel<BM, BN, CM, CN, B_1X128, STAGES, PIPELINED, TMA_OUT, SPLITS, GROUPED>;
 
     static cudaLaunchConfig_t launch_config(const bfp8_context *ctx, cudaLaunchAttribute *attr, unsigned ctas) {
         cudaLaunchConfig_t cfg = {};
@@ -295,18 +295,53 @@ template <bool B_1X128> int default_group_m(int num_cluster_rows, int cm, int sl
     return max(1, min(num_cluster_rows, slots / 6));
 }
 
+/* The kernel's tensor maps: operands, their scales (1x128 ones), and D
+ * where the epilogue stores through the TMA unit: p.m x p.n, or for a
+ * grouped 1D1D `groups` of them, one after the other (3-D). */
+struct TensorMaps {
+    CUtensorMap a, b, sa, sb, d;
+};
+template <int BM, int BN, int CM, int CN, bool B_1X128, int TMA_OUT>
+bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p,
+                             int groups = 1) {
+    BFP8_TRY(operand_map(&t->a, a, BM / CN, "a"));
+    BFP8_TRY(operand_map(&t->b, b, BN / CM, "b"));
+    BFP8_TRY(scale_map(&t->sa, a, BM, "a scales"));
+    if (B_1X128)
+        BFP8_TRY(scale_map(&t->sb, b, BN, "b scales"));
+    else
+        t->sb = t->sa; /* unused */
+    t->d = t->a;       /* unused unless TMA_OUT */
+    const uint64_t row_bytes = (uint64_t)p.ldd * bfp8_gemm::tma_out_bytes(TMA_OUT);
+    if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
+        BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
+                                 (uint64_t)groups, row_bytes, row_bytes * (uint64_t)p.m, 64, 64,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
+        BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
+                                 (uint64_t)groups, row_bytes, row_bytes * (uint64_t)p.m, 32, 64,
+                                 CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    return BFP8_OK;
+}
+
+/* One persistent grid of the kernel K: as many clusters as units, up to the resident ones. */
+template <typename K>
+bfp8_status run_kernel(const bfp8_context *ctx, decltype(K::function) function, const TensorMaps &t,
+                       const Params &q, int64_t units, int max_clusters) {
+    cudaLaunchAttribute attr;
+    cudaLaunchConfig_t cfg =
+        K::launch_config(ctx, &attr, (unsigned)((units < max_clusters ? units : max_clusters) * K::CLUSTER));
+    BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, function, t.a, t.b, t.sa, t.sb, t.d, q));
+    BFP8_CUDA_CHECK_LAUNCH();
+    return BFP8_OK;
+}
+
 template <int BM, int BN, int CM, int CN, bool B_1X128, bool PIPELINED, int TMA_OUT>
 bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                    Params p) {
     using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT>;
-    CUtensorMap tmap_a, tmap_b, tmap_sa, tmap_sb;
-    BFP8_TRY(operand_map(&tmap_a, a, BM / CN, "a"));
-    BFP8_TRY(operand_map(&tmap_b, b, BN / CM, "b"));
-    BFP8_TRY(scale_map(&tmap_sa, a, BM, "a scales"));
-    if (B_1X128)
-        BFP8_TRY(scale_map(&tmap_sb, b, BN, "b scales"));
-    else
-        tmap_sb = tmap_sa; /* unused */
+    TensorMaps maps;
+    BFP8_TRY((make_tensor_maps<BM, BN, CM, CN, B_1X128, TMA_OUT>(&maps, a, b, p)));
 
     p.num_m_tiles = (int)bfp8_ceil_div(p.m, BM);
     p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
@@ -338,23 +373,6 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
                 B_1X128 ? "1d1d" : "1d2d", p.m, p.n, p.k, BM, BN, (int)PIPELINED, CM, CN, K::STAGES, max_clusters,
                 TMA_OUT_NAMES[TMA_OUT], (long long)cluster_tiles, p.split, (long long)(cluster_tiles - plan.whole),
                 p.group_m);
-    CUtensorMap tmap_d = tmap_a; /* unused unless TMA_OUT */
-    if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
-        BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
-                                 (uint64_t)p.ldd * 2, 64, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
-    if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
-        BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
-                                 (uint64_t)p.ldd * 4, 32, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
-
-    /* one persistent grid: as many clusters as units, up to the resident ones */
-    auto run = [&](auto function, const Params &q, int64_t units) -> bfp8_status {
-        cudaLaunchAttribute attr;
-        cudaLaunchConfig_t cfg =
-            K::launch_config(ctx, &attr, (unsigned)((units < max_clusters ? units : max_clusters) * K::CLUSTER));
-        BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, function, tmap_a, tmap_b, tmap_sa, tmap_sb, tmap_d, q));
-        BFP8_CUDA_CHECK_LAUNCH();
-        return BFP8_OK;
-    };
     /* A split plan runs as two launches: the whole tiles by the kernel
      * without the split code (faster), then the split units of the last
      * wave by its SPLITS instance, which starts at unit num_whole_tiles. */
@@ -367,12 +385,12 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
                 Params whole = p;
                 whole.split = 1;
                 whole.num_units = p.num_whole_tiles;
-                BFP8_TRY(run(K::function, whole, whole.num_units));
+                BFP8_TRY(run_kernel<K>(ctx, K::function, maps, whole, whole.num_units, max_clusters));
             }
-            return run(KS::function, p, p.num_units - p.num_whole_tiles);
+            return run_kernel<KS>(ctx, KS::function, maps, p, p.num_units - p.num_whole_tiles, max_clusters);
         }
     }
-    return run(K::function, p, p.num_units);
+    return run_kernel<K>(ctx, K::function, maps, p, p.num_units, max_clusters);
 }
 
 template <int BM, int BN, bool B_1X128, int TMA_OUT>
@@ -397,24 +415,108 @@ bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_q
     return launch_cluster<128, 128, B_1X128, TMA_OUT>(c, ctx, a, b, p);
 }
 
+/* How the epilogue writes D: through shared memory and the TMA unit where
+ * it can address D (16-byte aligned base and rows): 1D2D's bf16; 1D1D's
+ * f32, stored, or added into D when D is the C accumulated (gradient
+ * accumulation). Otherwise from registers. */
+template <bool B_1X128> int output_path(const Config &c, const Params &p) {
+    const bool tma_ok = !c.direct_store && (uintptr_t)p.d % 16 == 0;
+    if constexpr (!B_1X128) {
+        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_BF16 && p.ldd % 8 == 0) return bfp8_gemm::TMA_BF16;
+    } else {
+        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32 && p.ldd % 4 == 0) return bfp8_gemm::TMA_F32;
+        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32_ACCUMULATE && p.c == p.d && p.ldc == p.ldd &&
+            p.ldd % 4 == 0)
+            return bfp8_gemm::TMA_F32_ADD;
+    }
+    return bfp8_gemm::TMA_NONE;
+}
+
 template <bool B_1X128>
 bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p) {
     const Config c = choose_config<B_1X128>(p.m, p.n, p.num_k_blocks, ctx);
-    /* Outputs through shared memory and the TMA unit where it can address D
-     * (16-byte aligned base and rows): 1D2D's bf16; 1D1D's f32, stored, or
-     * added into D when D is the C accumulated (gradient accumulation). */
-    const bool tma_ok = !c.direct_store && (uintptr_t)p.d % 16 == 0;
+    const int path = output_path<B_1X128>(c, p);
     if constexpr (!B_1X128) {
-        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_BF16 && p.ldd % 8 == 0)
-            return launch_config<B_1X128, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p);
+        if (path == bfp8_gemm::TMA_BF16) return launch_config<B_1X128, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p);
     } else {
-        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32 && p.ldd % 4 == 0)
-            return launch_config<B_1X128, bfp8_gemm::TMA_F32>(c, ctx, a, b, p);
-        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32_ACCUMULATE && p.c == p.d && p.ldc == p.ldd &&
-            p.ldd % 4 == 0)
-            return launch_config<B_1X128, bfp8_gemm::TMA_F32_ADD>(c, ctx, a, b, p);
+        if (path == bfp8_gemm::TMA_F32) return launch_config<B_1X128, bfp8_gemm::TMA_F32>(c, ctx, a, b, p);
+        if (path == bfp8_gemm::TMA_F32_ADD) return launch_config<B_1X128, bfp8_gemm::TMA_F32_ADD>(c, ctx, a, b, p);
     }
     return launch_config<B_1X128, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Grouped GEMMs                                                             */
+
+/* Params::group_table in device memory: one copy from the host on the
+ * context's stream, so it lands after the kernels that still read the
+ * previous table. The buffer grows (after a device synchronization) when a
+ * call needs more. */
+bfp8_status upload_group_table(const bfp8_context *ctx, const int *table, size_t count, const int **device) {
+    bfp8_cuda_state *st = bfp8_cuda_state_of(ctx);
+    const size_t bytes = count * sizeof(int);
+    if (bytes > st->gemm_group_table_bytes) {
+        if (st->gemm_group_table) {
+            BFP8_CUDA_TRY(cudaFree(st->gemm_group_table));
+            st->gemm_group_table = nullptr;
+            st->gemm_group_table_bytes = 0;
+        }
+        const size_t want = bytes < 4096 ? 4096 : bytes * 2;
+        BFP8_CUDA_TRY(cudaMalloc(&st->gemm_group_table, want));
+        st->gemm_group_table_bytes = want;
+    }
+    BFP8_CUDA_TRY(cudaMemcpyAsync(st->gemm_group_table, table, bytes, cudaMemcpyHostToDevice, bfp8_stream_of(ctx)));
+    *device = static_cast<const int *>(st->gemm_group_table);
+    return BFP8_OK;
+}
+
+/* A grouped GEMM: single-CTA tiles, never split along K. 1D2D: p.m rows
+ * of D in 128-row tiles (each in one group); 1D1D: num_groups groups of
+ * p.m x p.n outputs, each its own tiles. */
+template <int BM, int BN, bool B_1X128, int TMA_OUT>
+bfp8_status launch_grouped(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                           Params p, int num_groups) {
+    using K = Kernel<BM, BN, 1, 1, B_1X128, false, TMA_OUT, false, true>;
+    const int max_clusters = K::max_active_clusters(ctx);
+    if (max_clusters < 1) return bfp8_fail(BFP8_ERR_CUDA, "the grouped GEMM kernel does not fit on this GPU");
+    TensorMaps maps;
+    BFP8_TRY((make_tensor_maps<BM, BN, 1, 1, B_1X128, TMA_OUT>(&maps, a, b, p, B_1X128 ? num_groups : 1)));
+    p.num_m_tiles = (int)bfp8_ceil_div(p.m, BM);
+    p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
+    p.group_m = c.group_m > 0 ? c.group_m : default_group_m<B_1X128>(p.num_m_tiles, 1, max_clusters);
+    p.tiles_per_group = p.num_m_tiles * p.num_n_tiles;
+    const int64_t units = B_1X128 ? (int64_t)p.tiles_per_group * num_groups : p.tiles_per_group;
+    if (units > INT32_MAX) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "grouped GEMM: more than 2^31 tiles");
+    p.num_units = p.num_whole_tiles = (int)units;
+    p.split = 1;
+    if (env_or_null("BFP8_GEMM_TRACE"))
+        fprintf(stderr, "blockfp8 gemm %s grouped: %d groups, M=%d N=%d K=%d bm=%d bn=%d stages=%d (max clusters %d) "
+                "out=%s units=%lld gm=%d\n", B_1X128 ? "1d1d" : "1d2d", num_groups, p.m, p.n, p.k, BM, BN, K::STAGES,
+                max_clusters, TMA_OUT_NAMES[TMA_OUT], (long long)units, p.group_m);
+    return run_kernel<K>(ctx, K::function, maps, p, units, max_clusters);
+}
+
+/* The tile width of a grouped 1D2D GEMM: 128 or 192 columns by the waves
+ * of tiles each needs (as choose_config, among single-CTA 128-row tiles;
+ * BFP8_GEMM_CONFIG's bn= forces it). A grouped 1D1D always runs 192 x 128
+ * tiles, the fastest 1D1D configuration (CANDIDATE_SPEED). */
+int grouped_tile_n(int64_t m_tiles, int64_t n, const bfp8_context *ctx, Config *c) {
+    *c = Config{128, 128, 0, 1, 1, 0, 1, 0};
+    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
+        const char *gm = strstr(forced, "gm=");
+        c->group_m = gm ? atoi(gm + 3) : 0;
+        c->direct_store = strstr(forced, "store=direct") != nullptr;
+        if (strstr(forced, "bn=192")) return 192;
+        if (strstr(forced, "bn=128")) return 128;
+    }
+    const int slots128 = Kernel<128, 128, 1, 1, false, false, bfp8_gemm::TMA_BF16, false, true>::max_active_clusters(ctx);
+    const int slots192 = Kernel<128, 192, 1, 1, false, false, bfp8_gemm::TMA_BF16, false, true>::max_active_clusters(ctx);
+    if (slots128 < 1 || slots192 < 1) return 128;
+    auto time = [&](int bn, int slots, double speed) {
+        const int64_t tiles = m_tiles * bfp8_ceil_div(n, bn);
+        return (double)bfp8_ceil_div(tiles, slots) * bn / speed;
+    };
+    return time(192, slots192, CANDIDATE_SPEED[0][3]) < time(128, slots128, CANDIDATE_SPEED[0][0]) ? 192 : 128;
 }
 
 Params output_params(const bfp8_matrix *d, const bfp8_matrix *c) {
@@ -457,6 +559,71 @@ bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
     p.b_block_scale_ld = b->scale_ld;
     p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
     return dispatch<false>(ctx, a, b, p);
+}
+
+/* Grouped along M: the group of each 128-row tile of A (and D) in a table. */
+bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                        const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
+    BFP8_TRY(check_tma_operand(a, "bfp8_gemm_1d2d_grouped: a"));
+    BFP8_TRY(check_tma_operand(b, "bfp8_gemm_1d2d_grouped: b"));
+    BFP8_TRY(check_sizes(a->rows, b->rows, a->cols));
+    const int64_t rows = group_offsets[num_groups];
+    if (rows == 0) return BFP8_OK; /* no tokens: nothing to write */
+    Params p = output_params(d, nullptr);
+    p.m = (int)rows;
+    p.n = (int)d->cols;
+    p.k = (int)a->cols;
+    p.num_k_blocks = (int)bfp8_ceil_div(p.k, 128);
+    p.b_block_scales = b->scales;
+    p.b_block_scale_ld = b->scale_ld;
+    p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
+    p.group_n = p.n;
+    const int64_t m_tiles = rows / 128;
+    int *table = static_cast<int *>(malloc((size_t)m_tiles * sizeof(int)));
+    if (!table) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_gemm_1d2d_grouped: group table");
+    for (int g = 0; g < num_groups; ++g)
+        for (int64_t t = group_offsets[g] / 128; t < group_offsets[g + 1] / 128; ++t) table[t] = g;
+    const bfp8_status st = upload_group_table(ctx, table, (size_t)m_tiles, &p.group_table);
+    free(table);
+    BFP8_TRY(st);
+    Config c;
+    const int bn = grouped_tile_n(m_tiles, p.n, ctx, &c);
+    const bool tma = output_path<false>(c, p) == bfp8_gemm::TMA_BF16;
+    if (bn == 192)
+        return tma ? launch_grouped<128, 192, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups)
+                   : launch_grouped<128, 192, false, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p, num_groups);
+    return tma ? launch_grouped<128, 128, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups)
+               : launch_grouped<128, 128, false, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p, num_groups);
+}
+
+/* Grouped along the tokens: each group's k-blocks in a table. */
+bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                        const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                        bfp8_matrix *d) {
+    BFP8_TRY(check_tma_operand(a, "bfp8_gemm_1d1d_grouped: a"));
+    BFP8_TRY(check_tma_operand(b, "bfp8_gemm_1d1d_grouped: b"));
+    BFP8_TRY(check_sizes(d->rows, b->rows, a->cols));
+    Params p = output_params(d, c);
+    p.m = (int)a->rows;
+    p.n = (int)b->rows;
+    p.k = (int)a->cols;
+    p.num_k_blocks = (int)bfp8_ceil_div(p.k, 128);
+    p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
+    p.group_n = p.m;
+    int *table = static_cast<int *>(malloc((size_t)(num_groups + 1) * sizeof(int)));
+    if (!table) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_gemm_1d1d_grouped: group table");
+    for (int g = 0; g <= num_groups; ++g) table[g] = (int)(group_offsets[g] / 128);
+    const bfp8_status st = upload_group_table(ctx, table, (size_t)num_groups + 1, &p.group_table);
+    free(table);
+    BFP8_TRY(st);
+    Config cfg;
+    grouped_tile_n(0, 0, ctx, &cfg); /* (the forced options) */
+    switch (output_path<true>(cfg, p)) {
+    case bfp8_gemm::TMA_F32: return launch_grouped<192, 128, true, bfp8_gemm::TMA_F32>(cfg, ctx, a, b, p, num_groups);
+    case bfp8_gemm::TMA_F32_ADD:
+        return launch_grouped<192, 128, true, bfp8_gemm::TMA_F32_ADD>(cfg, ctx, a, b, p, num_groups);
+    default: return launch_grouped<192, 128, true, bfp8_gemm::TMA_NONE>(cfg, ctx, a, b, p, num_groups);
+    }
 }
 
 bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,

@@ -97,6 +97,17 @@ struct Params {
     int num_units;
     float *split_partials;     /* per slice >= 1: BM x BN floats, per warpgroup, thread-interleaved */
     unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
+    /* Grouped GEMMs (GROUPED kernels, one CTA per cluster).
+     * 1D2D, grouped along M (BM = 128): group_table[t] is the group of m-tile t, and
+     * group g's B (and B's block scales) start at row g * group_n.
+     * 1D1D, grouped along the tokens: unit u is tile u % tiles_per_group of
+     * group g = u / tiles_per_group, over k-blocks [group_table[g],
+     * group_table[g + 1]); its D rows start at g * group_n (TMA_OUT: D's
+     * tensor map is 3-D, columns x group_n rows x groups, so a tile's rows
+     * past its group's are clipped). */
+    const int *group_table;
+    int group_n;
+    int tiles_per_group;
 };
 
 /* Whether a configuration has a kernel that splits its last wave (SPLITS):
@@ -107,15 +118,24 @@ __host__ __device__ constexpr bool can_split(int bn, int cm, int cn, bool b_1x12
     return cm * cn == 1 && !pipelined && !(b_1x128 && bn > 128);
 }
 
-/* Work unit u: its tile and its k-blocks [kb0, kb1). */
+/* Work unit u: its tile and its k-blocks [kb0, kb1); grouped 1D1D: its group. */
 struct Unit {
-    int tile, kb0, kb1;
+    int tile, kb0, kb1, group;
 };
 __device__ __forceinline__ Unit unit_at(const Params &p, int u) {
-    if (u < p.num_whole_tiles) return Unit{u, 0, p.num_k_blocks};
+    if (u < p.num_whole_tiles) return Unit{u, 0, p.num_k_blocks, 0};
     const int tail = u - p.num_whole_tiles, slice = tail % p.split;
     return Unit{p.num_whole_tiles + tail / p.split, slice * p.num_k_blocks / p.split,
-                (slice + 1) * p.num_k_blocks / p.split};
+                (slice + 1) * p.num_k_blocks / p.split, 0};
+}
+/* Unit u of a kernel: a k-slice (SPLITS), a group's tile (grouped 1D1D) or a whole tile. */
+template <bool SPLITS, bool K_GROUPED> __device__ __forceinline__ Unit unit_of(const Params &p, int u) {
+    if constexpr (SPLITS) return unit_at(p, u);
+    if constexpr (K_GROUPED) {
+        const int g = u / p.tiles_per_group;
+        return Unit{u - g * p.tiles_per_group, __ldg(p.group_table + g), __ldg(p.group_table + g + 1), g};
+    }
+    return Unit{u, 0, p.num_k_blocks, 0};
 }
 
 /* A k-slice's end of the last wave (see the top of the file), for one math
@@ -202,9 +222,10 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-/* Store the outputs (row, col) and (row, col + 1) of one thread. */
-__device__ __forceinline__ void store_pair(const Params &p, int row, int col, float v0, float v1) {
-    if (row >= p.m || col >= p.n) return;
+/* Store the outputs (row, col) and (row, col + 1) of one thread; rows from
+ * row_end on (p.m, or the end of a grouped 1D1D's group) are not stored. */
+__device__ __forceinline__ void store_pair(const Params &p, int row, int row_end, int col, float v0, float v1) {
+    if (row >= row_end || col >= p.n) return;
     const bool both = col + 1 < p.n;
     if (p.output_kind == OUTPUT_BF16) {
         __nv_bfloat16 *d = static_cast<__nv_bfloat16 *>(p.d) + (int64_t)row * p.ldd + col;
@@ -240,7 +261,8 @@ __device__ __forceinline__ void store_pair(const Params &p, int row, int col, fl
  * configuration also has one without (split == 1 only): with the split code
  * compiled in, whole tiles ran 4-5% slower on the H200 although the k-loop's
  * instructions were the same (bench/results/2026-11-30_gemm_h200_s4_bisect.txt). */
-template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED, int TMA_OUT, bool SPLITS>
+template <int BM, int BN, int CM, int CN, bool B_1X128, int STAGES, bool PIPELINED, int TMA_OUT, bool SPLITS,
+          bool GROUPED>
 __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     gemm_fp8_blockwise_kernel(const __grid_constant__ CUtensorMap tmap_a,
                               const __grid_constant__ CUtensorMap tmap_b,
@@ -256,6 +278,9 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
     constexpr int CLUSTER = CM * CN;
     static_assert(!SPLITS || can_split(BN, CM, CN, B_1X128, PIPELINED), "no split kernel for this configuration");
+    constexpr bool K_GROUPED = GROUPED && B_1X128, M_GROUPED = GROUPED && !B_1X128;
+    static_assert(!GROUPED || (CM * CN == 1 && !SPLITS && !PIPELINED && (BM == 128 || K_GROUPED)),
+                  "grouped GEMMs: single CTAs; along M, 128-row tiles (a tile never straddles two groups)");
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -301,10 +326,12 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             int stage = 0;
             uint32_t phase = 0;
             for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
-                const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks};
+                const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
                 int cluster_row, cluster_col;
                 tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
                 const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
+                /* B's first row: grouped 1D2D, in the weight of the m-tile's group */
+                const int b0 = M_GROUPED ? __ldg(p.group_table + cluster_row) * p.group_n + n0 : n0;
                 for (int kb = w.kb0; kb < w.kb1; ++kb) {
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], L::STAGE_BYTES);
@@ -317,10 +344,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                                               m0 + cn * (BM / CN), a_peers);
                     }
                     if constexpr (CM == 1) {
-                        tma_load_2d(b_dst, &tmap_b, &full[stage], k0, n0);
+                        tma_load_2d(b_dst, &tmap_b, &full[stage], k0, b0);
                     } else { /* my slice of the B tile, to every CTA of this n-tile */
                         tma_load_2d_multicast(b_dst + cm * (L::B_BYTES / CM), &tmap_b, &full[stage], k0,
-                                              n0 + cm * (BN / CM), b_peers);
+                                              b0 + cm * (BN / CM), b_peers);
                     }
                     tma_load_2d(smem_sa + stage * BM, &tmap_scale_a, &full[stage], m0, kb);
                     if (B_1X128) tma_load_2d(smem_sb + stage * BN, &tmap_scale_b, &full[stage], n0, kb);
@@ -353,13 +380,18 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const uint32_t sb_kept = B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
 
         for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
-            const Unit w = SPLITS ? unit_at(p, u) : Unit{u, 0, p.num_k_blocks};
+            const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
             int cluster_row, cluster_col;
             tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
             const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
+            /* grouped 1D1D: the group's D rows start at d_row0 */
+            const int d_row0 = K_GROUPED ? w.group * p.group_n : 0;
             /* 1D2D: the tile's columns meet at most two 128-column scale blocks
-             * (a tile past the last column reads the last block and stores nothing) */
-            const int nb0 = min(n0 / 128, p.num_b_blocks - 1), nb1 = min(nb0 + 1, p.num_b_blocks - 1);
+             * (a tile past the last column reads the last block and stores nothing);
+             * grouped, blocks of the m-tile's group's weight */
+            const int nb_group = M_GROUPED ? __ldg(p.group_table + cluster_row) * (p.group_n / 128) : 0;
+            const int nb0 = nb_group + min(n0 / 128, p.num_b_blocks - 1);
+            const int nb1 = nb_group + min(n0 / 128 + 1, p.num_b_blocks - 1);
             const int split = 128 - (n0 % 128); /* first column of block nb1 */
             /* B's scales of the unit's first k-block */
             const float *b_scales0 = p.b_block_scales + nb0 * p.b_block_scale_ld + w.kb0;
@@ -566,7 +598,14 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 if (leader) {
 #pragma unroll
                     for (int c = 0; c < BN / BOX_COLS; ++c) {
-                        if constexpr (TMA_OUT == TMA_F32_ADD)
+                        if constexpr (K_GROUPED) {
+                            if constexpr (TMA_OUT == TMA_F32_ADD)
+                                tma_reduce_add_3d(&tmap_d, staging + c * BOX_BYTES, n0 + BOX_COLS * c,
+                                                  m0 + warpgroup * 64, w.group);
+                            else
+                                tma_store_3d(&tmap_d, staging + c * BOX_BYTES, n0 + BOX_COLS * c,
+                                             m0 + warpgroup * 64, w.group);
+                        } else if constexpr (TMA_OUT == TMA_F32_ADD)
                             tma_reduce_add_2d(&tmap_d, staging + c * BOX_BYTES, n0 + BOX_COLS * c, m0 + warpgroup * 64);
                         else
                             tma_store_2d(&tmap_d, staging + c * BOX_BYTES, n0 + BOX_COLS * c, m0 + warpgroup * 64);
@@ -574,12 +613,12 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     bulk_commit_group();
                 }
             } else {
-                const int row = m0 + row_in_tile;
+                const int row = d_row0 + m0 + row_in_tile, row_end = d_row0 + p.m;
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                     const int col = n0 + 8 * j + col_in_chunk;
-                    store_pair(p, row, col, fin[4 * j + 0], fin[4 * j + 1]);
-                    store_pair(p, row + 8, col, fin[4 * j + 2], fin[4 * j + 3]);
+                    store_pair(p, row, row_end, col, fin[4 * j + 0], fin[4 * j + 1]);
+                    store_pair(p, row + 8, row_end, col, fin[4 * j + 2], fin[4 * j + 3]);
                 }
             }
         }

@@ -16,3 +16,8 @@
 bfp8_status bfp8_cuda_tensor_map_2d(CUtensorMap *map, CUtensorMapDataType type, const void *base, uint64_t inner,
                                     uint64_t outer, uint64_t stride_bytes, uint32_t box_inner, uint32_t box_outer,
                                     CUtensorMapSwizzle swizzle, const char *what);
+/* The same for `depth` such matrices, depth_stride_bytes apart (boxes one deep). */
+bfp8_status bfp8_cuda_tensor_map_3d(CUtensorMap *map, CUtensorMapDataType type, const void *base, uint64_t inner,
+                                    uint64_t outer, uint64_t depth, uint64_t stride_bytes,
+                                    uint64_t depth_stride_bytes, uint32_t box_inner, uint32_t box_outer,
+                                    CUtensorMapSwizzle swizzle, const char *what);

@@ -153,6 +153,67 @@ bfp8_status bfp8_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_
     return is_cuda(ctx) ? bfp8_cuda_gemm_1d1d(ctx, a, b, c, d) : bfp8_cpu_gemm_1d1d(ctx, a, b, c, d);
 }
 
+/* Grouped GEMMs: G + 1 host offsets from 0, never decreasing, multiples of
+ * BFP8_GROUP_ALIGN, the last within the `tokens` of the token matrix. */
+static bfp8_status check_group_offsets(const int64_t *offsets, int num_groups, int64_t tokens, const char *fn) {
+    if (num_groups < 1) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: num_groups %d (must be >= 1)", fn, num_groups);
+    if (!offsets) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: group_offsets is NULL", fn);
+    if (offsets[0] != 0)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: group_offsets[0] is %lld (must be 0)", fn,
+                         (long long)offsets[0]);
+    for (int g = 1; g <= num_groups; ++g) {
+        if (offsets[g] < offsets[g - 1])
+            return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: group_offsets[%d] = %lld < group_offsets[%d] = %lld", fn, g,
+                             (long long)offsets[g], g - 1, (long long)offsets[g - 1]);
+        if (offsets[g] % BFP8_GROUP_ALIGN != 0)
+            return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                             "%s: group_offsets[%d] = %lld is not a multiple of %d (pad every group's tokens to it)",
+                             fn, g, (long long)offsets[g], BFP8_GROUP_ALIGN);
+    }
+    if (offsets[num_groups] > tokens)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: group_offsets[%d] = %lld is past the %lld tokens", fn, num_groups,
+                         (long long)offsets[num_groups], (long long)tokens);
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                   const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
+    static const char fn[] = "bfp8_gemm_1d2d_grouped";
+    BFP8_TRY(check_context(ctx, fn));
+    BFP8_TRY(bfp8_check_qmatrix(ctx, a, BFP8_GRAN_1X128, "bfp8_gemm_1d2d_grouped: a"));
+    BFP8_TRY(bfp8_check_qmatrix(ctx, b, BFP8_GRAN_128X128, "bfp8_gemm_1d2d_grouped: b"));
+    if (a->cols != b->cols)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: a is %lld x %lld but b is %lld x %lld (K differs)", fn,
+                         (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols);
+    BFP8_TRY(check_group_offsets(group_offsets, num_groups, a->rows, fn));
+    if (b->rows % num_groups != 0 || (b->rows / num_groups) % 128 != 0)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: b has %lld rows, not %d groups of N rows with N a multiple of 128", fn,
+                         (long long)b->rows, num_groups);
+    BFP8_TRY(check_output(ctx, d, a->rows, b->rows / num_groups, "bfp8_gemm_1d2d_grouped: d"));
+    return is_cuda(ctx) ? bfp8_cuda_gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, d)
+                        : bfp8_cpu_gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, d);
+}
+
+bfp8_status bfp8_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                   const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                   bfp8_matrix *d) {
+    static const char fn[] = "bfp8_gemm_1d1d_grouped";
+    BFP8_TRY(check_context(ctx, fn));
+    BFP8_TRY(bfp8_check_qmatrix(ctx, a, BFP8_GRAN_1X128, "bfp8_gemm_1d1d_grouped: a"));
+    BFP8_TRY(bfp8_check_qmatrix(ctx, b, BFP8_GRAN_1X128, "bfp8_gemm_1d1d_grouped: b"));
+    if (a->cols != b->cols)
+        return bfp8_fail(BFP8_ERR_SHAPE,
+                         "%s: a is %lld x %lld but b is %lld x %lld (the token count M differs)", fn,
+                         (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols);
+    BFP8_TRY(check_group_offsets(group_offsets, num_groups, a->cols, fn));
+    if (a->rows > INT64_MAX / num_groups)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: %d groups of %lld rows overflow", fn, num_groups, (long long)a->rows);
+    BFP8_TRY(check_output(ctx, d, a->rows * num_groups, b->rows, "bfp8_gemm_1d1d_grouped: d"));
+    BFP8_TRY(check_accumulator(ctx, c, d, "bfp8_gemm_1d1d_grouped: c"));
+    return is_cuda(ctx) ? bfp8_cuda_gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, c, d)
+                        : bfp8_cpu_gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, c, d);
+}
+
 bfp8_status bfp8_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                            const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
                            bfp8_matrix *d) {

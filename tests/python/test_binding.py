@@ -6,7 +6,8 @@ over numpy arrays:
 - quantizers: codes, scale bits and the non-finite flag equal to the numpy
   oracle of tests/oracle (bit for bit), every layout, bf16 and f32, ragged;
 - GEMMs: against fp64 products of the same fp8 data (SQNR >= 40 dB, and
-  in every 128 x 128 output tile), accumulation;
+  in every 128 x 128 output tile), accumulation; the grouped (mixture of
+  experts) GEMMs expert by expert;
 - the library's linear layer against fp64 products of the unquantized
   random-normal tensors: every fp8 GEMM >= 28 dB, RECIPE.md section 5's bar
   for random normal inputs (measured 28.6-28.8 dB; test_linear_cpu's fills
@@ -156,6 +157,38 @@ def test_linear(rng):
         check(sqnr_db(2 * dw, dw2) >= 60, "linear %s: accumulated dw" % recipe)
 
 
+def test_grouped_gemms(rng):
+    """Mixture of experts: 3 experts of 256, 0 and 128 tokens (+ 128 spare rows)."""
+    offsets, n, k = [0, 256, 256, 384], 256, 200
+    x = make(512, k, "bf16", rng)
+    w = make(3 * n, k, "f32", rng)
+    qx, _ = bf.quantize_1x128(x)
+    qw, _ = bf.quantize_128x128(w)
+    d = bf.gemm_1d2d_grouped(qx, qw, offsets, out_dtype="f32")
+    xd, wd = decode(qx), decode(qw)
+    for g in range(3):
+        lo, hi = offsets[g], offsets[g + 1]
+        if hi > lo:
+            ref = xd[lo:hi] @ wd[g * n:(g + 1) * n].T
+            check(sqnr_db(ref, d[lo:hi]) >= 40, "1d2d grouped, expert %d: %.1f dB" % (g, sqnr_db(ref, d[lo:hi])))
+    # wgrad over each expert's tokens; expert 1 has none: its rows keep `start`
+    dy = make(512, n, "bf16", rng)
+    _, qdyt = bf.quantize_1x128(dy, rows=False, cols=True)
+    _, qxt = bf.quantize_1x128(x, rows=False, cols=True)
+    start = rng.standard_normal((3 * n, k)).astype(np.float32)
+    dw = start.copy()
+    bf.gemm_1d1d_grouped(qdyt, qxt, offsets, out=dw, accumulate=True)
+    dyd, xtd = decode(qdyt), decode(qxt)
+    for g in range(3):
+        lo, hi = offsets[g], offsets[g + 1]
+        ref = start[g * n:(g + 1) * n] + dyd[:, lo:hi] @ xtd[:, lo:hi].T
+        got = dw[g * n:(g + 1) * n]
+        check(sqnr_db(ref, got) >= 40, "1d1d grouped, expert %d: %.1f dB" % (g, sqnr_db(ref, got)))
+    check(np.array_equal(dw[n:2 * n], start[n:2 * n]), "1d1d grouped: the expert without tokens changed")
+    expect_error(lambda: bf.gemm_1d2d_grouped(qx, qw, [0, 100, 256, 384]), bf.Error, "offsets not multiples of 128")
+    expect_error(lambda: bf.gemm_1d2d_grouped(qx, qw, [0]), ValueError, "one offset")
+
+
 def expect_error(fn, kind, what):
     try:
         fn()
@@ -188,7 +221,7 @@ def test_bad_input(rng):
 
 def main():
     rng = np.random.default_rng(7)
-    for test in (test_quantizers, test_nonfinite, test_gemms, test_linear, test_bad_input):
+    for test in (test_quantizers, test_nonfinite, test_gemms, test_grouped_gemms, test_linear, test_bad_input):
         test(rng)
     return check.finish()
 

@@ -1,0 +1,334 @@
+/*
+ * test_gemm_grouped.c - the grouped GEMMs of mixture-of-experts layers
+ * (bfp8_gemm_1d2d_grouped, bfp8_gemm_1d1d_grouped) on one backend:
+ *
+ *   test_gemm_grouped cpu     the CPU reference
+ *   test_gemm_grouped cuda    the CUDA kernels (exit 77 without a GPU)
+ *
+ * Each group's output is compared with an fp64 GEMM of the same fp8 data
+ * and scales, made here from the dequantized operands (RECIPE.md section 5:
+ * SQNR >= 40 dB overall and in every 128x128 tile). Groups come in uneven
+ * sizes with empty ones among them; rows of D that no group covers must keep
+ * their poison (1D2D), and an expert without tokens must get exactly C or
+ * zeros (1D1D). Bad offsets and shapes must fail with nothing written.
+ */
+#define _POSIX_C_SOURCE 200809L /* setenv */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+static bfp8_context *host; /* quantizes the operands */
+static bfp8_context *ctx;  /* the backend under test */
+
+/* A quantized operand on the host (quantized by the CPU reference), its
+ * dequantized values in fp64, and its copy in the backend's memory. */
+typedef struct operand {
+    bfp8_qmatrix q, dev;
+    double *deq; /* rows x cols */
+} operand;
+
+static void *backend_alloc(size_t bytes) {
+    void *p = NULL;
+    if (bfp8_malloc(ctx, &p, bytes) != BFP8_OK) test_fatal("allocation of %zu bytes: %s", bytes, bfp8_last_error());
+    return p;
+}
+
+static void to_backend(void *dst, const void *src, size_t bytes) {
+    if (bfp8_copy_to_backend(ctx, dst, src, bytes) != BFP8_OK) test_fatal("copy: %s", bfp8_last_error());
+}
+
+static void operand_make(operand *op, int64_t rows, int64_t cols, bfp8_granularity gran, uint64_t seed) {
+    float *src = test_malloc((size_t)(rows * cols) * sizeof(float));
+    test_fill_f32(src, rows, cols, cols, 1.0f, TEST_FILL_HARD, seed);
+    size_t data_bytes, scale_bytes;
+    bfp8_qmatrix_layout(&op->q, rows, cols, gran, &data_bytes, &scale_bytes);
+    op->q.data = test_malloc(data_bytes);
+    op->q.scales = test_malloc(scale_bytes);
+    memset(op->q.data, 0, data_bytes);
+    memset(op->q.scales, 0, scale_bytes);
+    bfp8_matrix x = {src, BFP8_F32, rows, cols, cols};
+    const bfp8_status st = gran == BFP8_GRAN_1X128 ? bfp8_quantize_1x128(host, &x, &op->q, NULL, NULL)
+                                                   : bfp8_quantize_128x128(host, &x, &op->q, NULL, NULL);
+    if (st != BFP8_OK) test_fatal("quantization: %s", bfp8_last_error());
+    free(src);
+    op->deq = test_malloc((size_t)(rows * cols) * sizeof(double));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) op->deq[r * cols + c] = test_dequant(&op->q, r, c);
+    op->dev = op->q;
+    op->dev.data = backend_alloc(data_bytes);
+    op->dev.scales = backend_alloc(scale_bytes);
+    to_backend(op->dev.data, op->q.data, data_bytes);
+    to_backend(op->dev.scales, op->q.scales, scale_bytes);
+}
+
+static void operand_free(operand *op) {
+    free(op->q.data);
+    free(op->q.scales);
+    free(op->deq);
+    bfp8_free(ctx, op->dev.data);
+    bfp8_free(ctx, op->dev.scales);
+}
+
+/* An output matrix in backend memory, rows x cols with a padded ld. */
+static bfp8_matrix output_make(int64_t rows, int64_t cols, bfp8_dtype dt) {
+    const int64_t ld = cols + 8;
+    bfp8_matrix d = {backend_alloc((size_t)(rows * ld) * bfp8_dtype_size(dt)), dt, rows, cols, ld};
+    return d;
+}
+
+static void poison(const bfp8_matrix *d) {
+    const size_t bytes = (size_t)(d->rows * d->ld) * bfp8_dtype_size(d->dtype);
+    unsigned char *ones = test_malloc(bytes);
+    memset(ones, 0xff, bytes); /* NaN in bf16 and f32 */
+    to_backend(d->data, ones, bytes);
+    free(ones);
+}
+
+/* Raw bytes of a backend matrix (rows x ld). */
+static unsigned char *download_raw(const bfp8_matrix *d) {
+    const size_t bytes = (size_t)(d->rows * d->ld) * bfp8_dtype_size(d->dtype);
+    unsigned char *raw = test_malloc(bytes);
+    if (bfp8_copy_to_host(ctx, raw, d->data, bytes) != BFP8_OK) test_fatal("copy back: %s", bfp8_last_error());
+    return raw;
+}
+
+static float element(const bfp8_matrix *d, const unsigned char *raw, int64_t r, int64_t c) {
+    if (d->dtype == BFP8_F32) {
+        float v;
+        memcpy(&v, raw + (size_t)(r * d->ld + c) * 4, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, raw + (size_t)(r * d->ld + c) * 2, 2);
+    const uint32_t bits = (uint32_t)h << 16;
+    float v;
+    memcpy(&v, &bits, 4);
+    return v;
+}
+
+/* Rows [r0, r0 + rows) of D (raw) against ref (rows x cols, fp64): the SQNR bars. */
+static void check_block(const char *name, const bfp8_matrix *d, const unsigned char *raw, int64_t r0, int64_t rows,
+                        const double *ref) {
+    const int64_t cols = d->cols;
+    float *got = test_malloc((size_t)(rows * cols) * sizeof(float));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) got[r * cols + c] = element(d, raw, r0 + r, c);
+    const test_sqnr_report rep = test_sqnr_tiles(ref, cols, got, cols, rows, cols, 128);
+    CHECK(rep.overall_db >= 40.0 && rep.worst_tile_db >= 40.0,
+          "%s rows [%lld, %lld): SQNR %.1f dB, worst tile %.1f dB at (%lld, %lld)", name, (long long)r0,
+          (long long)(r0 + rows), rep.overall_db, rep.worst_tile_db, (long long)rep.worst_tile_row,
+          (long long)rep.worst_tile_col);
+    free(got);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1D2D, grouped along M                                                     */
+
+/* sizes[g]: group g's rows (multiples of 128); `spare` rows of A after the
+ * last group, which D must not see written. */
+static void case_1d2d(const int64_t *sizes, int groups, int64_t spare, int64_t n, int64_t k, bfp8_dtype dt,
+                      uint64_t seed) {
+    int64_t *offsets = test_malloc((size_t)(groups + 1) * sizeof(int64_t));
+    offsets[0] = 0;
+    for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    const int64_t m = offsets[groups] + spare;
+    char name[128];
+    snprintf(name, sizeof name, "1d2d grouped: %d groups, %lld rows (+%lld spare), N %lld, K %lld -> %s", groups,
+             (long long)offsets[groups], (long long)spare, (long long)n, (long long)k, bfp8_dtype_name(dt));
+    operand a, b;
+    operand_make(&a, m, k, BFP8_GRAN_1X128, seed);
+    operand_make(&b, groups * n, k, BFP8_GRAN_128X128, seed + 1);
+    bfp8_matrix d = output_make(m, n, dt);
+    poison(&d);
+    CHECK_OK(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, offsets, groups, &d));
+    CHECK_OK(bfp8_context_synchronize(ctx));
+    unsigned char *raw = download_raw(&d);
+    for (int g = 0; g < groups; ++g) {
+        const int64_t rows = sizes[g];
+        if (rows == 0) continue;
+        double *ref = test_malloc((size_t)(rows * n) * sizeof(double));
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < n; ++c) {
+                const double *x = a.deq + (offsets[g] + r) * k, *w = b.deq + (g * n + c) * k;
+                double s = 0.0;
+                for (int64_t i = 0; i < k; ++i) s += x[i] * w[i];
+                ref[r * n + c] = s;
+            }
+        char gname[160];
+        snprintf(gname, sizeof gname, "%s, group %d", name, g);
+        check_block(gname, &d, raw, offsets[g], rows, ref);
+        free(ref);
+    }
+    /* the spare rows: never written */
+    const size_t esize = bfp8_dtype_size(dt);
+    int64_t touched = 0;
+    for (int64_t r = offsets[groups]; r < m; ++r)
+        for (size_t i = 0; i < (size_t)d.ld * esize; ++i) touched += raw[(size_t)r * d.ld * esize + i] != 0xff;
+    CHECK(touched == 0, "%s: %lld bytes of the rows past the last group were written", name, (long long)touched);
+    printf("  checked %s\n", name);
+    free(raw);
+    free(offsets);
+    bfp8_free(ctx, d.data);
+    operand_free(&a);
+    operand_free(&b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* 1D1D, grouped along the tokens                                            */
+
+/* accumulate: 0 D = A.B^T; 1 D += A.B^T in place (c = d); 2 D = C + A.B^T, C separate. */
+static void case_1d1d(const int64_t *sizes, int groups, int64_t spare, int64_t n, int64_t k, bfp8_dtype dt,
+                      int accumulate, uint64_t seed) {
+    int64_t *offsets = test_malloc((size_t)(groups + 1) * sizeof(int64_t));
+    offsets[0] = 0;
+    for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    const int64_t m = offsets[groups] + spare;
+    char name[160];
+    snprintf(name, sizeof name, "1d1d grouped: %d groups, %lld tokens (+%lld spare), N %lld, K %lld -> %s%s", groups,
+             (long long)offsets[groups], (long long)spare, (long long)n, (long long)k, bfp8_dtype_name(dt),
+             accumulate == 1 ? " (in place)" : accumulate == 2 ? " (from another C)" : "");
+    operand a, b;
+    operand_make(&a, n, m, BFP8_GRAN_1X128, seed);
+    operand_make(&b, k, m, BFP8_GRAN_1X128, seed + 1);
+    bfp8_matrix d = output_make(groups * n, k, dt), c = d;
+    float *c_host = NULL;
+    if (accumulate) {
+        c_host = test_malloc((size_t)(d.rows * d.ld) * sizeof(float));
+        test_fill_f32(c_host, d.rows, d.cols, d.ld, 10.0f, 0, seed + 2);
+        if (accumulate == 2) c.data = backend_alloc((size_t)(d.rows * d.ld) * sizeof(float));
+        to_backend(c.data, c_host, (size_t)(d.rows * d.ld) * sizeof(float));
+        if (accumulate == 2) poison(&d);
+    } else {
+        poison(&d);
+    }
+    CHECK_OK(bfp8_gemm_1d1d_grouped(ctx, &a.dev, &b.dev, offsets, groups, accumulate ? &c : NULL, &d));
+    CHECK_OK(bfp8_context_synchronize(ctx));
+    unsigned char *raw = download_raw(&d);
+    for (int g = 0; g < groups; ++g) {
+        const int64_t t0 = offsets[g], tokens = sizes[g];
+        if (tokens == 0) { /* exactly C, or zeros */
+            int64_t wrong = 0;
+            for (int64_t r = g * n; r < (g + 1) * n; ++r)
+                for (int64_t col = 0; col < k; ++col) {
+                    const float want = c_host ? c_host[r * d.ld + col] : 0.0f, got = element(&d, raw, r, col);
+                    wrong += memcmp(&want, &got, 4) != 0;
+                }
+            CHECK(wrong == 0, "%s, group %d (no tokens): %lld outputs are not %s", name, g, (long long)wrong,
+                  c_host ? "C" : "zero");
+            continue;
+        }
+        double *ref = test_malloc((size_t)(n * k) * sizeof(double));
+        for (int64_t r = 0; r < n; ++r)
+            for (int64_t col = 0; col < k; ++col) {
+                const double *x = a.deq + r * m + t0, *y = b.deq + col * m + t0;
+                double s = 0.0;
+                for (int64_t i = 0; i < tokens; ++i) s += x[i] * y[i];
+                ref[r * k + col] = s + (c_host ? c_host[(g * n + r) * d.ld + col] : 0.0);
+            }
+        char gname[200];
+        snprintf(gname, sizeof gname, "%s, group %d", name, g);
+        check_block(gname, &d, raw, g * n, n, ref);
+        free(ref);
+    }
+    printf("  checked %s\n", name);
+    free(raw);
+    free(c_host);
+    free(offsets);
+    if (accumulate == 2) bfp8_free(ctx, c.data);
+    bfp8_free(ctx, d.data);
+    operand_free(&a);
+    operand_free(&b);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bad input: a status, and D as it was                                      */
+
+static void bad_input(void) {
+    operand a, b, at, bt;
+    operand_make(&a, 512, 256, BFP8_GRAN_1X128, 7);    /* 1d2d: M x K */
+    operand_make(&b, 2 * 256, 256, BFP8_GRAN_128X128, 8); /* 2 groups of N = 256 */
+    operand_make(&at, 256, 512, BFP8_GRAN_1X128, 9);   /* 1d1d: N x M */
+    operand_make(&bt, 128, 512, BFP8_GRAN_1X128, 10);  /* K x M */
+    bfp8_matrix d = output_make(512, 256, BFP8_F32), dw = output_make(2 * 256, 128, BFP8_F32);
+    poison(&d);
+    poison(&dw);
+    const int64_t good[] = {0, 256, 512}, not_zero[] = {128, 256, 512}, falling[] = {0, 384, 256},
+                  unaligned[] = {0, 200, 512}, too_far[] = {0, 256, 640};
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, NULL, 2, &d), BFP8_ERR_NULL_POINTER);
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, good, 0, &d), BFP8_ERR_INVALID_VALUE);
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, not_zero, 2, &d), BFP8_ERR_INVALID_VALUE);
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, falling, 2, &d), BFP8_ERR_INVALID_VALUE);
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, unaligned, 2, &d), BFP8_ERR_INVALID_VALUE);
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, too_far, 2, &d), BFP8_ERR_SHAPE);
+    const int64_t three[] = {0, 128, 256, 512};
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, three, 3, &d), BFP8_ERR_SHAPE); /* 512 rows / 3 */
+    bfp8_matrix d_wrong = d;
+    d_wrong.cols = 128;
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, good, 2, &d_wrong), BFP8_ERR_SHAPE);
+    CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &at.dev, &bt.dev, unaligned, 2, NULL, &dw), BFP8_ERR_INVALID_VALUE);
+    CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &at.dev, &bt.dev, too_far, 2, NULL, &dw), BFP8_ERR_SHAPE);
+    CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &at.dev, &bt.dev, good, 1, NULL, &dw), BFP8_ERR_SHAPE); /* d: 1 x N rows */
+    CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &bt.dev, &at.dev, good, 2, NULL, &dw), BFP8_ERR_SHAPE);
+    CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &at.dev, &bt.dev, good, 2, &d, &dw), BFP8_ERR_SHAPE); /* c's shape */
+    CHECK_OK(bfp8_context_synchronize(ctx));
+    unsigned char *raw = download_raw(&d), *raw_w = download_raw(&dw);
+    int64_t touched = 0;
+    for (size_t i = 0; i < (size_t)(d.rows * d.ld) * 4; ++i) touched += raw[i] != 0xff;
+    for (size_t i = 0; i < (size_t)(dw.rows * dw.ld) * 4; ++i) touched += raw_w[i] != 0xff;
+    CHECK(touched == 0, "bad input: %lld output bytes written", (long long)touched);
+    printf("  checked bad input\n");
+    free(raw);
+    free(raw_w);
+    bfp8_free(ctx, d.data);
+    bfp8_free(ctx, dw.data);
+    operand_free(&a);
+    operand_free(&b);
+    operand_free(&at);
+    operand_free(&bt);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const int cuda = argc > 1 && !strcmp(argv[1], "cuda");
+    if (argc != 2 || (!cuda && strcmp(argv[1], "cpu")))
+        test_fatal("usage: test_gemm_grouped cpu|cuda");
+    if (cuda) TEST_REQUIRE_GPU();
+    if (bfp8_context_create(&host, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
+        bfp8_context_create(&ctx, cuda ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, 0) != BFP8_OK)
+        test_fatal("context: %s", bfp8_last_error());
+
+    uint64_t seed = 1000;
+    /* uneven experts, empty ones first, in the middle and last */
+    const int64_t moe[] = {0, 384, 128, 0, 1024, 256, 0};
+    const int64_t one[] = {640};
+    case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++);
+    case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++);  /* spare rows, three 128-column blocks */
+    case_1d2d(one, 1, 77, 128, 4097, BFP8_BF16, seed++); /* one group: the plain GEMM's job */
+    /* tile widths forced: 192 columns straddle weights (N = 384: 2 tiles of 192) */
+    setenv("BFP8_GEMM_CONFIG", "bn=192", 1);
+    case_1d2d(moe, 7, 0, 384, 512, BFP8_BF16, seed++);
+    setenv("BFP8_GEMM_CONFIG", "bn=128,store=direct", 1);
+    case_1d2d(moe, 7, 0, 256, 640, BFP8_BF16, seed++);
+    unsetenv("BFP8_GEMM_CONFIG");
+    const int64_t none[] = {0, 0};
+    case_1d2d(none, 2, 128, 128, 256, BFP8_BF16, seed++); /* no tokens at all: nothing written */
+    case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++);
+    case_1d1d(moe, 7, 128, 128, 384, BFP8_F32, 1, seed++);
+    case_1d1d(moe, 7, 0, 256, 136, BFP8_F32, 2, seed++);
+    case_1d1d(moe, 7, 0, 128, 129, BFP8_BF16, 0, seed++);
+    case_1d1d(moe, 7, 0, 200, 136, BFP8_F32, 0, seed++); /* N not a multiple of a tile: rows clipped per group */
+    case_1d1d(moe, 7, 0, 200, 264, BFP8_F32, 1, seed++);
+    case_1d1d(one, 1, 5, 384, 1000, BFP8_F32, 1, seed++);
+    case_1d1d(none, 2, 128, 128, 256, BFP8_F32, 2, seed++); /* no tokens at all: D = C */
+    setenv("BFP8_GEMM_CONFIG", "store=direct", 1);
+    case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++);
+    unsetenv("BFP8_GEMM_CONFIG");
+    bad_input();
+
+    bfp8_context_destroy(ctx);
+    bfp8_context_destroy(host);
+    return test_exit_code(cuda ? "test_gemm_grouped cuda" : "test_gemm_grouped cpu");
+}
