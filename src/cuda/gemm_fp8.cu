@@ -297,13 +297,13 @@ template <bool B_1X128> int default_group_m(int num_cluster_rows, int cm, int sl
 
 /* The kernel's tensor maps: operands, their scales (1x128 ones), and D
  * where the epilogue stores through the TMA unit: p.m x p.n, or for a
- * grouped 1D1D `groups` of them, one after the other (3-D). */
+ * grouped 1D1D (groups > 0) `groups` of them, one after the other (3-D). */
 struct TensorMaps {
     CUtensorMap a, b, sa, sb, d;
 };
 template <int BM, int BN, int CM, int CN, bool B_1X128, int TMA_OUT>
 bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const Params &p,
-                             int groups = 1) {
+                             int groups = 0) {
     BFP8_TRY(operand_map(&t->a, a, BM / CN, "a"));
     BFP8_TRY(operand_map(&t->b, b, BN / CM, "b"));
     BFP8_TRY(scale_map(&t->sa, a, BM, "a scales"));
@@ -312,15 +312,19 @@ bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qm
     else
         t->sb = t->sa; /* unused */
     t->d = t->a;       /* unused unless TMA_OUT */
-    const uint64_t row_bytes = (uint64_t)p.ldd * bfp8_gemm::tma_out_bytes(TMA_OUT);
-    if constexpr (TMA_OUT == bfp8_gemm::TMA_BF16)
-        BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, p.d, (uint64_t)p.n, (uint64_t)p.m,
-                                 (uint64_t)groups, row_bytes, row_bytes * (uint64_t)p.m, 64, 64,
-                                 CU_TENSOR_MAP_SWIZZLE_128B, "d"));
-    if constexpr (TMA_OUT == bfp8_gemm::TMA_F32 || TMA_OUT == bfp8_gemm::TMA_F32_ADD)
-        BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, p.d, (uint64_t)p.n, (uint64_t)p.m,
-                                 (uint64_t)groups, row_bytes, row_bytes * (uint64_t)p.m, 32, 64,
-                                 CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    if constexpr (TMA_OUT != bfp8_gemm::TMA_NONE) {
+        constexpr bool BF16 = TMA_OUT == bfp8_gemm::TMA_BF16;
+        const CUtensorMapDataType type = BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+        const uint64_t row_bytes = (uint64_t)p.ldd * bfp8_gemm::tma_out_bytes(TMA_OUT);
+        const uint32_t box_cols = BF16 ? 64 : 32; /* 128 bytes */
+        /* the kernel addresses a grouped 1D1D's D in 3-D, whatever the number of groups */
+        if (B_1X128 && groups > 0)
+            BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, (uint64_t)groups, row_bytes,
+                                             row_bytes * (uint64_t)p.m, box_cols, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+        else
+            BFP8_TRY(bfp8_cuda_tensor_map_2d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, row_bytes, box_cols, 64,
+                                             CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+    }
     return BFP8_OK;
 }
 
@@ -470,18 +474,18 @@ bfp8_status upload_group_table(const bfp8_context *ctx, const int *table, size_t
     return BFP8_OK;
 }
 
-/* A grouped GEMM: single-CTA tiles, never split along K. 1D2D: p.m rows
- * of D in 128-row tiles (each in one group); 1D1D: num_groups groups of
- * p.m x p.n outputs, each its own tiles. */
+/* A grouped GEMM: single-CTA tiles, never split along K. 1D2D: m_tiles
+ * tiles of BM rows, each within one group (the table); 1D1D: num_groups
+ * groups of p.m x p.n outputs, each its own tiles. */
 template <int BM, int BN, bool B_1X128, int TMA_OUT>
 bfp8_status launch_grouped(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                           Params p, int num_groups) {
+                           Params p, int num_groups, int64_t m_tiles = 0) {
     using K = Kernel<BM, BN, 1, 1, B_1X128, false, TMA_OUT, false, true>;
     const int max_clusters = K::max_active_clusters(ctx);
     if (max_clusters < 1) return bfp8_fail(BFP8_ERR_CUDA, "the grouped GEMM kernel does not fit on this GPU");
     TensorMaps maps;
-    BFP8_TRY((make_tensor_maps<BM, BN, 1, 1, B_1X128, TMA_OUT>(&maps, a, b, p, B_1X128 ? num_groups : 1)));
-    p.num_m_tiles = (int)bfp8_ceil_div(p.m, BM);
+    BFP8_TRY((make_tensor_maps<BM, BN, 1, 1, B_1X128, TMA_OUT>(&maps, a, b, p, B_1X128 ? num_groups : 0)));
+    p.num_m_tiles = (int)(B_1X128 ? bfp8_ceil_div(p.m, BM) : m_tiles);
     p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
     p.group_m = c.group_m > 0 ? c.group_m : default_group_m<B_1X128>(p.num_m_tiles, 1, max_clusters);
     p.tiles_per_group = p.num_m_tiles * p.num_n_tiles;
@@ -496,27 +500,58 @@ bfp8_status launch_grouped(const Config &c, const bfp8_context *ctx, const bfp8_
     return run_kernel<K>(ctx, K::function, maps, p, units, max_clusters);
 }
 
-/* The tile width of a grouped 1D2D GEMM: 128 or 192 columns by the waves
- * of tiles each needs (as choose_config, among single-CTA 128-row tiles;
- * BFP8_GEMM_CONFIG's bn= forces it). A grouped 1D1D always runs 192 x 128
- * tiles, the fastest 1D1D configuration (CANDIDATE_SPEED). */
-int grouped_tile_n(int64_t m_tiles, int64_t n, const bfp8_context *ctx, Config *c) {
-    *c = Config{128, 128, 0, 1, 1, 0, 1, 0};
+/* The options of BFP8_GEMM_CONFIG that a grouped GEMM honours: gm=, store=direct (and, 1D2D, bm= / bn=). */
+Config grouped_config() {
+    Config c = {128, 128, 0, 1, 1, 0, 1, 0};
     if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
         const char *gm = strstr(forced, "gm=");
-        c->group_m = gm ? atoi(gm + 3) : 0;
-        c->direct_store = strstr(forced, "store=direct") != nullptr;
-        if (strstr(forced, "bn=192")) return 192;
-        if (strstr(forced, "bn=128")) return 128;
+        c.group_m = gm ? atoi(gm + 3) : 0;
+        c.direct_store = strstr(forced, "store=direct") != nullptr;
     }
-    const int slots128 = Kernel<128, 128, 1, 1, false, false, bfp8_gemm::TMA_BF16, false, true>::max_active_clusters(ctx);
-    const int slots192 = Kernel<128, 192, 1, 1, false, false, bfp8_gemm::TMA_BF16, false, true>::max_active_clusters(ctx);
-    if (slots128 < 1 || slots192 < 1) return 128;
-    auto time = [&](int bn, int slots, double speed) {
-        const int64_t tiles = m_tiles * bfp8_ceil_div(n, bn);
-        return (double)bfp8_ceil_div(tiles, slots) * bn / speed;
+    return c;
+}
+
+/* m-tiles of a grouped 1D2D GEMM with `bm`-row tiles: each group's rows from its start. */
+int64_t grouped_m_tiles(const int64_t *offsets, int num_groups, int bm) {
+    int64_t tiles = 0;
+    for (int g = 0; g < num_groups; ++g) tiles += bfp8_ceil_div(offsets[g + 1] - offsets[g], bm);
+    return tiles;
+}
+
+/* The tile of a grouped 1D2D GEMM: 128 x 128, 128 x 192 or 192 x 128,
+ * by the waves of tiles each needs times its measured speed (as
+ * choose_config). 192-row tiles end past a group whose rows are not a
+ * multiple of 192: the rows computed there are not stored, and count.
+ * BFP8_GEMM_CONFIG's bm= / bn= force one. A grouped 1D1D always runs
+ * 192 x 128 tiles, the fastest 1D1D configuration (CANDIDATE_SPEED). */
+void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, const bfp8_context *ctx, Config *c) {
+    struct Option {
+        int bm, bn, slots;
+        double speed;
+    } options[3] = {
+        {128, 128, Kernel<128, 128, 1, 1, false, false, bfp8_gemm::TMA_BF16, false, true>::max_active_clusters(ctx),
+         CANDIDATE_SPEED[0][0]},
+        {128, 192, Kernel<128, 192, 1, 1, false, false, bfp8_gemm::TMA_BF16, false, true>::max_active_clusters(ctx),
+         CANDIDATE_SPEED[0][3]},
+        {192, 128, Kernel<192, 128, 1, 1, false, false, bfp8_gemm::TMA_BF16, false, true>::max_active_clusters(ctx),
+         CANDIDATE_SPEED[0][6]},
     };
-    return time(192, slots192, CANDIDATE_SPEED[0][3]) < time(128, slots128, CANDIDATE_SPEED[0][0]) ? 192 : 128;
+    double best = INFINITY;
+    for (const Option &o : options) {
+        if (o.slots < 1) continue;
+        const int64_t tiles = grouped_m_tiles(offsets, num_groups, o.bm) * bfp8_ceil_div(n, o.bn);
+        const double time = (double)bfp8_ceil_div(tiles, o.slots) * o.bm * o.bn / o.speed;
+        if (time < best) {
+            best = time;
+            c->bm = o.bm;
+            c->bn = o.bn;
+        }
+    }
+    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
+        if (strstr(forced, "bm=192")) c->bm = 192, c->bn = 128;
+        else if (strstr(forced, "bn=192")) c->bm = 128, c->bn = 192;
+        else if (strstr(forced, "bn=128")) c->bm = 128, c->bn = 128;
+    }
 }
 
 Params output_params(const bfp8_matrix *d, const bfp8_matrix *c) {
@@ -578,22 +613,31 @@ bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
     p.b_block_scale_ld = b->scale_ld;
     p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
     p.group_n = p.n;
-    const int64_t m_tiles = rows / 128;
-    int *table = static_cast<int *>(malloc((size_t)m_tiles * sizeof(int)));
+    Config c = grouped_config();
+    grouped_1d2d_tile(group_offsets, num_groups, p.n, ctx, &c);
+    /* the table: per m-tile its first row, group and the group's end */
+    const int64_t m_tiles = grouped_m_tiles(group_offsets, num_groups, c.bm);
+    int *table = static_cast<int *>(malloc((size_t)m_tiles * 3 * sizeof(int)));
     if (!table) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_gemm_1d2d_grouped: group table");
+    int *entry = table;
     for (int g = 0; g < num_groups; ++g)
-        for (int64_t t = group_offsets[g] / 128; t < group_offsets[g + 1] / 128; ++t) table[t] = g;
-    const bfp8_status st = upload_group_table(ctx, table, (size_t)m_tiles, &p.group_table);
+        for (int64_t r = group_offsets[g]; r < group_offsets[g + 1]; r += c.bm, entry += 3) {
+            entry[0] = (int)r;
+            entry[1] = g;
+            entry[2] = (int)group_offsets[g + 1];
+        }
+    const bfp8_status st = upload_group_table(ctx, table, (size_t)m_tiles * 3, &p.group_table);
     free(table);
     BFP8_TRY(st);
-    Config c;
-    const int bn = grouped_tile_n(m_tiles, p.n, ctx, &c);
     const bool tma = output_path<false>(c, p) == bfp8_gemm::TMA_BF16;
-    if (bn == 192)
-        return tma ? launch_grouped<128, 192, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups)
-                   : launch_grouped<128, 192, false, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p, num_groups);
-    return tma ? launch_grouped<128, 128, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups)
-               : launch_grouped<128, 128, false, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p, num_groups);
+    if (c.bm == 192)
+        return tma ? launch_grouped<192, 128, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups, m_tiles)
+                   : launch_grouped<192, 128, false, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p, num_groups, m_tiles);
+    if (c.bn == 192)
+        return tma ? launch_grouped<128, 192, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups, m_tiles)
+                   : launch_grouped<128, 192, false, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p, num_groups, m_tiles);
+    return tma ? launch_grouped<128, 128, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups, m_tiles)
+               : launch_grouped<128, 128, false, bfp8_gemm::TMA_NONE>(c, ctx, a, b, p, num_groups, m_tiles);
 }
 
 /* Grouped along the tokens: each group's k-blocks in a table. */
@@ -616,8 +660,7 @@ bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
     const bfp8_status st = upload_group_table(ctx, table, (size_t)num_groups + 1, &p.group_table);
     free(table);
     BFP8_TRY(st);
-    Config cfg;
-    grouped_tile_n(0, 0, ctx, &cfg); /* (the forced options) */
+    const Config cfg = grouped_config();
     switch (output_path<true>(cfg, p)) {
     case bfp8_gemm::TMA_F32: return launch_grouped<192, 128, true, bfp8_gemm::TMA_F32>(cfg, ctx, a, b, p, num_groups);
     case bfp8_gemm::TMA_F32_ADD:

@@ -98,8 +98,10 @@ struct Params {
     float *split_partials;     /* per slice >= 1: BM x BN floats, per warpgroup, thread-interleaved */
     unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
     /* Grouped GEMMs (GROUPED kernels, one CTA per cluster).
-     * 1D2D, grouped along M (BM = 128): group_table[t] is the group of m-tile t, and
-     * group g's B (and B's block scales) start at row g * group_n.
+     * 1D2D, grouped along M: m-tile t is BM rows of one group g from row
+     * group_table[3t], g = group_table[3t + 1], the group's rows ending at
+     * group_table[3t + 2] (rows from there on are not stored); group g's B
+     * (and B's block scales) start at row g * group_n.
      * 1D1D, grouped along the tokens: unit u is tile u % tiles_per_group of
      * group g = u / tiles_per_group, over k-blocks [group_table[g],
      * group_table[g + 1]); its D rows start at g * group_n (TMA_OUT: D's
@@ -128,6 +130,15 @@ __device__ __forceinline__ Unit unit_at(const Params &p, int u) {
     return Unit{p.num_whole_tiles + tail / p.split, slice * p.num_k_blocks / p.split,
                 (slice + 1) * p.num_k_blocks / p.split, 0};
 }
+/* Grouped 1D2D: m-tile t's first row, group, and the row its group ends at. */
+struct GroupedMTile {
+    int m0, group, row_end;
+};
+__device__ __forceinline__ GroupedMTile grouped_m_tile(const Params &p, int t) {
+    const int *e = p.group_table + 3 * t;
+    return GroupedMTile{__ldg(e), __ldg(e + 1), __ldg(e + 2)};
+}
+
 /* Unit u of a kernel: a k-slice (SPLITS), a group's tile (grouped 1D1D) or a whole tile. */
 template <bool SPLITS, bool K_GROUPED> __device__ __forceinline__ Unit unit_of(const Params &p, int u) {
     if constexpr (SPLITS) return unit_at(p, u);
@@ -279,8 +290,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     constexpr int CLUSTER = CM * CN;
     static_assert(!SPLITS || can_split(BN, CM, CN, B_1X128, PIPELINED), "no split kernel for this configuration");
     constexpr bool K_GROUPED = GROUPED && B_1X128, M_GROUPED = GROUPED && !B_1X128;
-    static_assert(!GROUPED || (CM * CN == 1 && !SPLITS && !PIPELINED && (BM == 128 || K_GROUPED)),
-                  "grouped GEMMs: single CTAs; along M, 128-row tiles (a tile never straddles two groups)");
+    static_assert(!GROUPED || (CM * CN == 1 && !SPLITS && !PIPELINED), "grouped GEMMs: single CTAs, whole tiles");
 
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
@@ -329,9 +339,13 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
                 int cluster_row, cluster_col;
                 tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
-                const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
-                /* B's first row: grouped 1D2D, in the weight of the m-tile's group */
-                const int b0 = M_GROUPED ? __ldg(p.group_table + cluster_row) * p.group_n + n0 : n0;
+                const int n0 = (cluster_col * CN + cn) * BN;
+                int m0 = (cluster_row * CM + cm) * BM, b0 = n0;
+                if constexpr (M_GROUPED) { /* the m-tile's rows; B's in the weight of its group */
+                    const GroupedMTile t = grouped_m_tile(p, cluster_row);
+                    m0 = t.m0;
+                    b0 = t.group * p.group_n + n0;
+                }
                 for (int kb = w.kb0; kb < w.kb1; ++kb) {
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], L::STAGE_BYTES);
@@ -383,13 +397,21 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
             int cluster_row, cluster_col;
             tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
-            const int m0 = (cluster_row * CM + cm) * BM, n0 = (cluster_col * CN + cn) * BN;
-            /* grouped 1D1D: the group's D rows start at d_row0 */
+            const int n0 = (cluster_col * CN + cn) * BN;
+            int m0 = (cluster_row * CM + cm) * BM;
+            /* grouped 1D1D: the group's D rows start at d_row0; grouped 1D2D: the
+             * group's rows end at m_end (both: p.m otherwise) */
             const int d_row0 = K_GROUPED ? w.group * p.group_n : 0;
+            int m_end = p.m, nb_group = 0;
+            if constexpr (M_GROUPED) {
+                const GroupedMTile t = grouped_m_tile(p, cluster_row);
+                m0 = t.m0;
+                m_end = t.row_end;
+                nb_group = t.group * (p.group_n / 128);
+            }
             /* 1D2D: the tile's columns meet at most two 128-column scale blocks
              * (a tile past the last column reads the last block and stores nothing);
              * grouped, blocks of the m-tile's group's weight */
-            const int nb_group = M_GROUPED ? __ldg(p.group_table + cluster_row) * (p.group_n / 128) : 0;
             const int nb0 = nb_group + min(n0 / 128, p.num_b_blocks - 1);
             const int nb1 = nb_group + min(n0 / 128 + 1, p.num_b_blocks - 1);
             const int split = 128 - (n0 % 128); /* first column of block nb1 */
@@ -595,10 +617,15 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 }
                 fence_proxy_async_shared();
                 named_barrier_sync(1 + warpgroup, 128);
-                if (leader) {
+                /* (grouped 1D2D: group ends are multiples of 128 and tiles start
+                 * 64-aligned, so a warpgroup's 64 rows are all in the group or none) */
+                if (leader && (!M_GROUPED || m0 + warpgroup * 64 < m_end)) {
 #pragma unroll
                     for (int c = 0; c < BN / BOX_COLS; ++c) {
                         if constexpr (K_GROUPED) {
+                            /* (a box wholly past the group's rows or D's columns: none;
+                             * a 3-D reduce-add of such a box faulted on the H200) */
+                            if (m0 + warpgroup * 64 >= p.m || n0 + BOX_COLS * c >= p.n) continue;
                             if constexpr (TMA_OUT == TMA_F32_ADD)
                                 tma_reduce_add_3d(&tmap_d, staging + c * BOX_BYTES, n0 + BOX_COLS * c,
                                                   m0 + warpgroup * 64, w.group);
@@ -613,7 +640,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     bulk_commit_group();
                 }
             } else {
-                const int row = d_row0 + m0 + row_in_tile, row_end = d_row0 + p.m;
+                const int row = d_row0 + m0 + row_in_tile, row_end = d_row0 + m_end;
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                     const int col = n0 + 8 * j + col_in_chunk;

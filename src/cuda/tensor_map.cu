@@ -18,13 +18,13 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
-bfp8_status bfp8_cuda_tensor_map_3d(CUtensorMap *map, CUtensorMapDataType type, const void *base, uint64_t inner,
-                                    uint64_t outer, uint64_t depth, uint64_t stride_bytes,
+/* A rank-2 or rank-3 map (a kernel must address it with as many coordinates). */
+static bfp8_status tensor_map_tiled(CUtensorMap *map, cuuint32_t rank, CUtensorMapDataType type, const void *base,
+                                    uint64_t inner, uint64_t outer, uint64_t depth, uint64_t stride_bytes,
                                     uint64_t depth_stride_bytes, uint32_t box_inner, uint32_t box_outer,
                                     CUtensorMapSwizzle swizzle, const char *what) {
     PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (!encode) return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
-    const cuuint32_t rank = depth > 1 ? 3 : 2;
     const cuuint64_t dims[3] = {inner, outer, depth};
     const cuuint64_t strides[2] = {stride_bytes, depth_stride_bytes};
     const cuuint32_t box[3] = {box_inner, box_outer, 1};
@@ -39,9 +39,17 @@ bfp8_status bfp8_cuda_tensor_map_3d(CUtensorMap *map, CUtensorMapDataType type, 
     return BFP8_OK;
 }
 
+bfp8_status bfp8_cuda_tensor_map_3d(CUtensorMap *map, CUtensorMapDataType type, const void *base, uint64_t inner,
+                                    uint64_t outer, uint64_t depth, uint64_t stride_bytes,
+                                    uint64_t depth_stride_bytes, uint32_t box_inner, uint32_t box_outer,
+                                    CUtensorMapSwizzle swizzle, const char *what) {
+    return tensor_map_tiled(map, 3, type, base, inner, outer, depth, stride_bytes, depth_stride_bytes, box_inner,
+                            box_outer, swizzle, what);
+}
+
 bfp8_status bfp8_cuda_tensor_map_2d(CUtensorMap *map, CUtensorMapDataType type, const void *base, uint64_t inner,
                                     uint64_t outer, uint64_t stride_bytes, uint32_t box_inner, uint32_t box_outer,
                                     CUtensorMapSwizzle swizzle, const char *what) {
-    return bfp8_cuda_tensor_map_3d(map, type, base, inner, outer, 1, stride_bytes, stride_bytes * outer, box_inner,
-                                   box_outer, swizzle, what);
+    return tensor_map_tiled(map, 2, type, base, inner, outer, 1, stride_bytes, stride_bytes * outer, box_inner,
+                            box_outer, swizzle, what);
 }

@@ -307,9 +307,13 @@ int main(int argc, char **argv) {
     case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++);
     case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++);  /* spare rows, three 128-column blocks */
     case_1d2d(one, 1, 77, 128, 4097, BFP8_BF16, seed++); /* one group: the plain GEMM's job */
-    /* tile widths forced: 192 columns straddle weights (N = 384: 2 tiles of 192) */
+    /* tiles forced: 192 columns straddle weights (N = 384: 2 tiles of 192) */
     setenv("BFP8_GEMM_CONFIG", "bn=192", 1);
     case_1d2d(moe, 7, 0, 384, 512, BFP8_BF16, seed++);
+    /* 192-row tiles: a group's last tile ends past it (its rows there are not stored) */
+    setenv("BFP8_GEMM_CONFIG", "bm=192", 1);
+    case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++);
+    case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++); /* f32: stored from registers */
     setenv("BFP8_GEMM_CONFIG", "bn=128,store=direct", 1);
     case_1d2d(moe, 7, 0, 256, 640, BFP8_BF16, seed++);
     unsetenv("BFP8_GEMM_CONFIG");
