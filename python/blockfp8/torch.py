@@ -15,12 +15,17 @@ FP8 (recipe "fp8-blockwise"), or dW in bf16 with torch (recipe
 NaN or Inf in x, W or the output gradient makes its groups NaN and sets a
 flag on the device (RECIPE.md section 3); layer.check_finite() reads the
 flags (a synchronization) and raises, naming the tensor: call it every step.
+
+Mixture of experts: float8_blockwise_grouped_linear(x, weight, offsets) runs
+G experts' linear layers (weight: G x N x K) on their tokens (rows
+offsets[g]..offsets[g+1] of x, multiples of 128) with the grouped GEMMs:
+one launch per GEMM for all experts, forward and backward.
 """
 import torch
 
 import blockfp8 as _bf
 
-__all__ = ["Float8BlockwiseLinear", "float8_blockwise_linear"]
+__all__ = ["Float8BlockwiseLinear", "float8_blockwise_linear", "float8_blockwise_grouped_linear"]
 
 _RECIPES = ("fp8-blockwise", "fp8-blockwise-bf16wgrad")
 
@@ -75,6 +80,63 @@ def float8_blockwise_linear(x, weight, recipe="fp8-blockwise", pow2_scales=False
     if recipe not in _RECIPES:
         raise ValueError("blockfp8: recipe %r (expected one of %s)" % (recipe, ", ".join(_RECIPES)))
     return _Float8BlockwiseLinearFunction.apply(x, weight, recipe, pow2_scales, nonfinite_flags)
+
+
+def _stack_128x128(qs):
+    """One 128x128 QTensor of the row blocks of several (each a multiple of 128 rows)."""
+    first = qs[0]
+    return _bf.QTensor(torch.cat([q.data for q in qs]), torch.cat([q.scales for q in qs]), first.granularity,
+                       sum(q.rows for q in qs), first.cols, first.ld, first.scale_ld)
+
+
+class _Float8BlockwiseGroupedLinearFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, offsets, pow2_scales):
+        experts, out_features, in_features = weight.shape
+        if x.dim() != 2 or x.shape[1] != in_features:
+            raise ValueError("blockfp8: grouped input must be tokens x %d, got %s" % (in_features, tuple(x.shape)))
+        if out_features % 128 or in_features % 128:
+            raise ValueError("blockfp8: grouped experts need in and out features that are multiples of 128")
+        x2 = x.to(torch.bfloat16).contiguous()
+        qx, qxt = _bf.quantize_1x128(x2, rows=True, cols=True, pow2=pow2_scales)
+        w = weight.detach()
+        w = (w if w.dtype in (torch.float32, torch.bfloat16) else w.float()).contiguous()
+        qws, qwts = zip(*(_bf.quantize_128x128(w[g], transposed=True, pow2=pow2_scales) for g in range(experts)))
+        y = torch.zeros(x.shape[0], out_features, dtype=torch.bfloat16, device=x.device)
+        _bf.gemm_1d2d_grouped(qx, _stack_128x128(qws), offsets, out=y)
+        ctx.qxt, ctx.qwt = qxt, _stack_128x128(qwts)
+        ctx.offsets, ctx.pow2_scales = offsets, pow2_scales
+        ctx.shape, ctx.x_dtype, ctx.w_dtype = (experts, out_features, in_features), x.dtype, weight.dtype
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        experts, out_features, in_features = ctx.shape
+        need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dy2 = dy.to(torch.bfloat16).contiguous()
+        qdy, qdyt = _bf.quantize_1x128(dy2, rows=need_dx, cols=need_dw, pow2=ctx.pow2_scales)
+        dx = dw = None
+        if need_dx:
+            dx = torch.zeros(dy2.shape[0], in_features, dtype=torch.bfloat16, device=dy.device)
+            _bf.gemm_1d2d_grouped(qdy, ctx.qwt, ctx.offsets, out=dx)
+            dx = dx.to(ctx.x_dtype)
+        if need_dw:
+            dw = _bf.gemm_1d1d_grouped(qdyt, ctx.qxt, ctx.offsets)
+            dw = dw.reshape(experts, out_features, in_features).to(ctx.w_dtype)
+        ctx.qxt = ctx.qwt = None
+        return dx, dw, None, None
+
+
+def float8_blockwise_grouped_linear(x, weight, offsets, pow2_scales=False):
+    """Mixture of experts: y[rows of g] = x[rows of g] weight[g]^T for every
+    expert g, with the three GEMMs of forward and backward grouped in FP8.
+    x: tokens x K, sorted by expert; weight: G x N x K (N, K multiples of
+    128); offsets: G + 1 host ints, 0 first, multiples of 128 (pad each
+    expert's tokens); rows of y (and of x.grad) past offsets[-1] are zero."""
+    offsets = [int(v) for v in offsets]
+    if len(offsets) != weight.shape[0] + 1:
+        raise ValueError("blockfp8: %d offsets for %d experts (expected G + 1)" % (len(offsets), weight.shape[0]))
+    return _Float8BlockwiseGroupedLinearFunction.apply(x, weight, offsets, pow2_scales)
 
 
 class Float8BlockwiseLinear(torch.nn.Module):

@@ -12,6 +12,8 @@ or over PyTorch CPU tensors (--cpu: the CPU backend, no GPU needed):
   normal inputs; the bf16 weight gradient >= 40 dB), bias, from_linear,
   (CUDA) the same bits on a side stream as on the default one, and the
   non-finite flags of input, weight and output gradient;
+- blockfp8.torch.float8_blockwise_grouped_linear (mixture of experts, with
+  an expert without tokens) forward and backward against fp64 per expert;
 - blockfp8.Linear (the library's layer) on tensors against the same layer
   over numpy.
 --bench: Float8BlockwiseLinear forward + backward against torch's bf16
@@ -223,6 +225,31 @@ def test_nonfinite(layer, x, dy):
     check(layer.nonfinite() == [], "reset_nonfinite")
 
 
+def test_grouped(gen):
+    """float8_blockwise_grouped_linear: 3 experts (one without tokens), 128 spare rows."""
+    from blockfp8.torch import float8_blockwise_grouped_linear
+    offsets, n, k = [0, 256, 256, 640], 256, 384
+    x = make(768, k, torch.bfloat16, gen).to(dev).requires_grad_(True)
+    w = (torch.randn(3, n, k, generator=gen) * 0.05).to(dev).requires_grad_(True)
+    dy = make(768, n, torch.bfloat16, gen).to(dev)
+    y = float8_blockwise_grouped_linear(x, w, offsets)
+    y.backward(dy)
+    synchronize()
+    xd, wd, dyd = x.detach().double(), w.detach().double(), dy.double()
+    ref_y, ref_dx = torch.zeros(768, n, dtype=torch.float64, device=dev), torch.zeros(768, k, dtype=torch.float64, device=dev)
+    ref_dw = torch.zeros(3, n, k, dtype=torch.float64, device=dev)
+    for g in range(3):
+        lo, hi = offsets[g], offsets[g + 1]
+        ref_y[lo:hi] = xd[lo:hi] @ wd[g].t()
+        ref_dx[lo:hi] = dyd[lo:hi] @ wd[g]
+        ref_dw[g] = dyd[lo:hi].t() @ xd[lo:hi]
+    got = (sqnr_db(ref_y, y), sqnr_db(ref_dx, x.grad), sqnr_db(ref_dw[[0, 2]], w.grad[[0, 2]]))
+    check(all(v >= 28 for v in got), "grouped linear: forward / dgrad / wgrad %.1f / %.1f / %.1f dB" % got)
+    check(bool((y[640:] == 0).all()) and bool((x.grad[640:] == 0).all()), "grouped linear: rows past the last expert")
+    check(bool((w.grad[1] == 0).all()), "grouped linear: the expert without tokens has a zero gradient")
+    print("float8_blockwise_grouped_linear: forward %.2f dB, dgrad %.2f dB, wgrad %.2f dB" % got)
+
+
 def test_library_linear(gen):
     tokens, k, n = 777, 1024, 640
     w = (torch.randn(n, k, generator=gen) / k ** 0.5).float()
@@ -293,7 +320,7 @@ def bench():
 
 def main():
     gen = torch.Generator().manual_seed(11)
-    for test in (test_quantizers, test_gemms, test_module, test_library_linear):
+    for test in (test_quantizers, test_gemms, test_module, test_grouped, test_library_linear):
         test(gen)
     verdict = check.finish()
     if "--bench" in sys.argv[1:]:
