@@ -572,9 +572,28 @@ Params output_params(const bfp8_matrix *d, const bfp8_matrix *c) {
     return p;
 }
 
-bfp8_status check_sizes(int64_t m, int64_t n, int64_t k) {
-    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
-        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "CUDA GEMM sizes must be below 2^31");
+/* What every entry point checks and fills: operands the TMA unit can
+ * read, sizes below 2^31 (the kernel's coordinates are 32-bit), and Params
+ * for D (m x n, of d, accumulating c if given) over a's columns. */
+bfp8_status prepare(const char *fn, const bfp8_qmatrix *a, const bfp8_qmatrix *b, const bfp8_matrix *c,
+                    const bfp8_matrix *d, int64_t m, int64_t n, Params *p) {
+    char what[64];
+    snprintf(what, sizeof what, "%s: a", fn);
+    BFP8_TRY(check_tma_operand(a, what));
+    snprintf(what, sizeof what, "%s: b", fn);
+    BFP8_TRY(check_tma_operand(b, what));
+    if (a->rows > INT32_MAX || b->rows > INT32_MAX || a->cols > INT32_MAX || d->rows > INT32_MAX)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: CUDA GEMM sizes must be below 2^31", fn);
+    *p = output_params(d, c);
+    p->m = (int)m;
+    p->n = (int)n;
+    p->k = (int)a->cols;
+    p->num_k_blocks = (int)bfp8_ceil_div(p->k, 128);
+    p->num_b_blocks = (int)bfp8_ceil_div(p->n, 128);
+    if (b->granularity == BFP8_GRAN_128X128) {
+        p->b_block_scales = b->scales;
+        p->b_block_scale_ld = b->scale_ld;
+    }
     return BFP8_OK;
 }
 
@@ -582,36 +601,18 @@ bfp8_status check_sizes(int64_t m, int64_t n, int64_t k) {
 
 bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                 bfp8_matrix *d) {
-    BFP8_TRY(check_tma_operand(a, "bfp8_gemm_1d2d: a"));
-    BFP8_TRY(check_tma_operand(b, "bfp8_gemm_1d2d: b"));
-    BFP8_TRY(check_sizes(a->rows, b->rows, a->cols));
-    Params p = output_params(d, nullptr);
-    p.m = (int)a->rows;
-    p.n = (int)b->rows;
-    p.k = (int)a->cols;
-    p.num_k_blocks = (int)bfp8_ceil_div(p.k, 128);
-    p.b_block_scales = b->scales;
-    p.b_block_scale_ld = b->scale_ld;
-    p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
+    Params p;
+    BFP8_TRY(prepare("bfp8_gemm_1d2d", a, b, nullptr, d, a->rows, b->rows, &p));
     return dispatch<false>(ctx, a, b, p);
 }
 
 /* Grouped along M: the group of each 128-row tile of A (and D) in a table. */
 bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                         const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
-    BFP8_TRY(check_tma_operand(a, "bfp8_gemm_1d2d_grouped: a"));
-    BFP8_TRY(check_tma_operand(b, "bfp8_gemm_1d2d_grouped: b"));
-    BFP8_TRY(check_sizes(a->rows, b->rows, a->cols));
     const int64_t rows = group_offsets[num_groups];
+    Params p;
+    BFP8_TRY(prepare("bfp8_gemm_1d2d_grouped", a, b, nullptr, d, rows, d->cols, &p));
     if (rows == 0) return BFP8_OK; /* no tokens: nothing to write */
-    Params p = output_params(d, nullptr);
-    p.m = (int)rows;
-    p.n = (int)d->cols;
-    p.k = (int)a->cols;
-    p.num_k_blocks = (int)bfp8_ceil_div(p.k, 128);
-    p.b_block_scales = b->scales;
-    p.b_block_scale_ld = b->scale_ld;
-    p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
     p.group_n = p.n;
     Config c = grouped_config();
     grouped_1d2d_tile(group_offsets, num_groups, p.n, ctx, &c);
@@ -644,15 +645,8 @@ bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
 bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                         const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
                                         bfp8_matrix *d) {
-    BFP8_TRY(check_tma_operand(a, "bfp8_gemm_1d1d_grouped: a"));
-    BFP8_TRY(check_tma_operand(b, "bfp8_gemm_1d1d_grouped: b"));
-    BFP8_TRY(check_sizes(d->rows, b->rows, a->cols));
-    Params p = output_params(d, c);
-    p.m = (int)a->rows;
-    p.n = (int)b->rows;
-    p.k = (int)a->cols;
-    p.num_k_blocks = (int)bfp8_ceil_div(p.k, 128);
-    p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
+    Params p;
+    BFP8_TRY(prepare("bfp8_gemm_1d1d_grouped", a, b, c, d, a->rows, b->rows, &p));
     p.group_n = p.m;
     int *table = static_cast<int *>(malloc((size_t)(num_groups + 1) * sizeof(int)));
     if (!table) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_gemm_1d1d_grouped: group table");
@@ -671,14 +665,7 @@ bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
 
 bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                 const bfp8_matrix *c, bfp8_matrix *d) {
-    BFP8_TRY(check_tma_operand(a, "bfp8_gemm_1d1d: a"));
-    BFP8_TRY(check_tma_operand(b, "bfp8_gemm_1d1d: b"));
-    BFP8_TRY(check_sizes(a->rows, b->rows, a->cols));
-    Params p = output_params(d, c);
-    p.m = (int)a->rows;
-    p.n = (int)b->rows;
-    p.k = (int)a->cols;
-    p.num_k_blocks = (int)bfp8_ceil_div(p.k, 128);
-    p.num_b_blocks = (int)bfp8_ceil_div(p.n, 128);
+    Params p;
+    BFP8_TRY(prepare("bfp8_gemm_1d1d", a, b, c, d, a->rows, b->rows, &p));
     return dispatch<true>(ctx, a, b, p);
 }

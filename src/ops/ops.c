@@ -123,31 +123,33 @@ static bfp8_status check_accumulator(const bfp8_context *ctx, const bfp8_matrix 
     return BFP8_OK;
 }
 
+/* The operands of an FP8 GEMM: a 1x128, b of granularity b_gran, with the
+ * same contraction length (their cols; `contraction` names it). */
+static bfp8_status check_fp8_operands(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                      bfp8_granularity b_gran, const char *fn, const char *contraction) {
+    char what[64];
+    BFP8_TRY(check_context(ctx, fn));
+    snprintf(what, sizeof what, "%s: a", fn);
+    BFP8_TRY(bfp8_check_qmatrix(ctx, a, BFP8_GRAN_1X128, what));
+    snprintf(what, sizeof what, "%s: b", fn);
+    BFP8_TRY(bfp8_check_qmatrix(ctx, b, b_gran, what));
+    if (a->cols != b->cols)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: a is %lld x %lld but b is %lld x %lld (%s differs)", fn,
+                         (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols,
+                         contraction);
+    return BFP8_OK;
+}
+
 bfp8_status bfp8_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            bfp8_matrix *d) {
-    static const char fn[] = "bfp8_gemm_1d2d";
-    BFP8_TRY(check_context(ctx, fn));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, a, BFP8_GRAN_1X128, "bfp8_gemm_1d2d: a"));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, b, BFP8_GRAN_128X128, "bfp8_gemm_1d2d: b"));
-    if (a->cols != b->cols)
-        return bfp8_fail(BFP8_ERR_SHAPE, "%s: a is %lld x %lld but b is %lld x %lld (K differs)", fn,
-                         (long long)a->rows, (long long)a->cols, (long long)b->rows,
-                         (long long)b->cols);
+    BFP8_TRY(check_fp8_operands(ctx, a, b, BFP8_GRAN_128X128, "bfp8_gemm_1d2d", "K"));
     BFP8_TRY(check_output(ctx, d, a->rows, b->rows, "bfp8_gemm_1d2d: d"));
     return is_cuda(ctx) ? bfp8_cuda_gemm_1d2d(ctx, a, b, d) : bfp8_cpu_gemm_1d2d(ctx, a, b, d);
 }
 
 bfp8_status bfp8_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const bfp8_matrix *c, bfp8_matrix *d) {
-    static const char fn[] = "bfp8_gemm_1d1d";
-    BFP8_TRY(check_context(ctx, fn));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, a, BFP8_GRAN_1X128, "bfp8_gemm_1d1d: a"));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, b, BFP8_GRAN_1X128, "bfp8_gemm_1d1d: b"));
-    if (a->cols != b->cols)
-        return bfp8_fail(BFP8_ERR_SHAPE,
-                         "%s: a is %lld x %lld but b is %lld x %lld (the token count M differs)", fn,
-                         (long long)a->rows, (long long)a->cols, (long long)b->rows,
-                         (long long)b->cols);
+    BFP8_TRY(check_fp8_operands(ctx, a, b, BFP8_GRAN_1X128, "bfp8_gemm_1d1d", "the token count M"));
     BFP8_TRY(check_output(ctx, d, a->rows, b->rows, "bfp8_gemm_1d1d: d"));
     BFP8_TRY(check_accumulator(ctx, c, d, "bfp8_gemm_1d1d: c"));
     return is_cuda(ctx) ? bfp8_cuda_gemm_1d1d(ctx, a, b, c, d) : bfp8_cpu_gemm_1d1d(ctx, a, b, c, d);
@@ -179,12 +181,7 @@ static bfp8_status check_group_offsets(const int64_t *offsets, int num_groups, i
 bfp8_status bfp8_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                    const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
     static const char fn[] = "bfp8_gemm_1d2d_grouped";
-    BFP8_TRY(check_context(ctx, fn));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, a, BFP8_GRAN_1X128, "bfp8_gemm_1d2d_grouped: a"));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, b, BFP8_GRAN_128X128, "bfp8_gemm_1d2d_grouped: b"));
-    if (a->cols != b->cols)
-        return bfp8_fail(BFP8_ERR_SHAPE, "%s: a is %lld x %lld but b is %lld x %lld (K differs)", fn,
-                         (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols);
+    BFP8_TRY(check_fp8_operands(ctx, a, b, BFP8_GRAN_128X128, fn, "K"));
     BFP8_TRY(check_group_offsets(group_offsets, num_groups, a->rows, fn));
     if (b->rows % num_groups != 0 || (b->rows / num_groups) % 128 != 0)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: b has %lld rows, not %d groups of N rows with N a multiple of 128", fn,
@@ -198,13 +195,7 @@ bfp8_status bfp8_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, con
                                    const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
                                    bfp8_matrix *d) {
     static const char fn[] = "bfp8_gemm_1d1d_grouped";
-    BFP8_TRY(check_context(ctx, fn));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, a, BFP8_GRAN_1X128, "bfp8_gemm_1d1d_grouped: a"));
-    BFP8_TRY(bfp8_check_qmatrix(ctx, b, BFP8_GRAN_1X128, "bfp8_gemm_1d1d_grouped: b"));
-    if (a->cols != b->cols)
-        return bfp8_fail(BFP8_ERR_SHAPE,
-                         "%s: a is %lld x %lld but b is %lld x %lld (the token count M differs)", fn,
-                         (long long)a->rows, (long long)a->cols, (long long)b->rows, (long long)b->cols);
+    BFP8_TRY(check_fp8_operands(ctx, a, b, BFP8_GRAN_1X128, fn, "the token count M"));
     BFP8_TRY(check_group_offsets(group_offsets, num_groups, a->cols, fn));
     if (a->rows > INT64_MAX / num_groups)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: %d groups of %lld rows overflow", fn, num_groups, (long long)a->rows);

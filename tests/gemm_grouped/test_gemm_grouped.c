@@ -124,6 +124,14 @@ static void check_block(const char *name, const bfp8_matrix *d, const unsigned c
     free(got);
 }
 
+/* Offsets from group sizes: offsets[0] = 0, offsets[g + 1] = offsets[g] + sizes[g] (caller frees). */
+static int64_t *offsets_of(const int64_t *sizes, int groups) {
+    int64_t *offsets = test_malloc((size_t)(groups + 1) * sizeof(int64_t));
+    offsets[0] = 0;
+    for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    return offsets;
+}
+
 /* ------------------------------------------------------------------------ */
 /* 1D2D, grouped along M                                                     */
 
@@ -131,9 +139,7 @@ static void check_block(const char *name, const bfp8_matrix *d, const unsigned c
  * last group, which D must not see written. */
 static void case_1d2d(const int64_t *sizes, int groups, int64_t spare, int64_t n, int64_t k, bfp8_dtype dt,
                       uint64_t seed) {
-    int64_t *offsets = test_malloc((size_t)(groups + 1) * sizeof(int64_t));
-    offsets[0] = 0;
-    for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    int64_t *offsets = offsets_of(sizes, groups);
     const int64_t m = offsets[groups] + spare;
     char name[128];
     snprintf(name, sizeof name, "1d2d grouped: %d groups, %lld rows (+%lld spare), N %lld, K %lld -> %s", groups,
@@ -182,9 +188,7 @@ static void case_1d2d(const int64_t *sizes, int groups, int64_t spare, int64_t n
 /* accumulate: 0 D = A.B^T; 1 D += A.B^T in place (c = d); 2 D = C + A.B^T, C separate. */
 static void case_1d1d(const int64_t *sizes, int groups, int64_t spare, int64_t n, int64_t k, bfp8_dtype dt,
                       int accumulate, uint64_t seed) {
-    int64_t *offsets = test_malloc((size_t)(groups + 1) * sizeof(int64_t));
-    offsets[0] = 0;
-    for (int g = 0; g < groups; ++g) offsets[g + 1] = offsets[g] + sizes[g];
+    int64_t *offsets = offsets_of(sizes, groups);
     const int64_t m = offsets[groups] + spare;
     char name[160];
     snprintf(name, sizeof name, "1d1d grouped: %d groups, %lld tokens (+%lld spare), N %lld, K %lld -> %s%s", groups,
