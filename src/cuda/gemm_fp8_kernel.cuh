@@ -28,6 +28,10 @@
  *   - tiles are handed out round-robin over a grouped ("swizzled") order so
  *     that the tiles in flight at one time share A and B rows in L2 (the
  *     group height is the host's choice: Params::group_m);
+ *   - GROUPED (mixture of experts, single-CTA tiles, never split): 1D2D
+ *     tiles of one group's rows each, B offset to the group's weight; 1D1D
+ *     units of one group's tile over its k-blocks, D offset to its rows
+ *     (Params::group_table);
  *   - the last, partial wave of tiles is split along K (single-CTA tiles):
  *     each of its tiles becomes `split` units of consecutive k-blocks, run
  *     at once on otherwise idle SMs, by a second launch (the SPLITS
@@ -234,7 +238,7 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
 }
 
 /* Store the outputs (row, col) and (row, col + 1) of one thread; rows from
- * row_end on (p.m, or the end of a grouped 1D1D's group) are not stored. */
+ * row_end on (p.m, or the end of a grouped GEMM's group) are not stored. */
 __device__ __forceinline__ void store_pair(const Params &p, int row, int row_end, int col, float v0, float v1) {
     if (row >= row_end || col >= p.n) return;
     const bool both = col + 1 < p.n;
