@@ -261,6 +261,24 @@ bfp8_status bfp8_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, con
                                    bfp8_matrix *d);
 
 /*
+ * The same with the G + 1 offsets in the context's backend memory (device
+ * memory on CUDA), e.g. written by a router kernel: no copy to the host and
+ * no synchronization, so a training step can stay on the GPU (and, after a
+ * first call of at least this size has made the context's table, be captured
+ * in a CUDA graph). The offsets cannot be checked before the GEMM runs;
+ * instead each is taken as clamped: offsets[0] as 0, then offsets[g + 1]
+ * rounded down to a multiple of 128 and clamped to [offsets[g], tokens
+ * rounded down to 128]. Bad offsets give other groups than meant, never an
+ * access out of bounds.
+ */
+bfp8_status bfp8_gemm_1d2d_grouped_device_offsets(bfp8_context *ctx, const bfp8_qmatrix *a,
+                                                  const bfp8_qmatrix *b, const int64_t *group_offsets,
+                                                  int num_groups, bfp8_matrix *d);
+bfp8_status bfp8_gemm_1d1d_grouped_device_offsets(bfp8_context *ctx, const bfp8_qmatrix *a,
+                                                  const bfp8_qmatrix *b, const int64_t *group_offsets,
+                                                  int num_groups, const bfp8_matrix *c, bfp8_matrix *d);
+
+/*
  * bf16 GEMM (the baseline recipe):  D[M, N] = C + op(A)[M, K] . op(B)[N, K]^T
  *   a is stored M x K, or K x M when a_transposed;
  *   b is stored N x K, or K x N when b_transposed;

@@ -63,6 +63,10 @@ bfp8_status bfp8_check_matrix(const bfp8_context *ctx, const bfp8_matrix *m, con
 bfp8_status bfp8_check_qmatrix(const bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_granularity gran,
                                const char *what);
 bfp8_status bfp8_check_pointer(const bfp8_context *ctx, const void *ptr, const char *what);
+/* Offsets of a grouped GEMM as the kernels take offsets they cannot check
+ * (blockfp8.h): out[0] = 0, out[g + 1] = in[g + 1] rounded down to a
+ * multiple of 128, clamped to [out[g], tokens rounded down to 128]. */
+void bfp8_clamp_group_offsets(const int64_t *in, int num_groups, int64_t tokens, int64_t *out);
 /* Number of scale floats q's layout spans (last used index + 1). */
 int64_t bfp8_qmatrix_scale_span(const bfp8_qmatrix *q);
 
@@ -81,11 +85,14 @@ bfp8_status bfp8_cpu_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const b
                            bfp8_matrix *d);
 bfp8_status bfp8_cpu_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                            const bfp8_matrix *c, bfp8_matrix *d);
+/* Grouped GEMMs: offsets_on_backend 0, host offsets already checked; 1,
+ * offsets in backend memory, taken as bfp8_clamp_group_offsets makes them. */
 bfp8_status bfp8_cpu_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                       const int64_t *group_offsets, int num_groups, bfp8_matrix *d);
-bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                       const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                       const int64_t *group_offsets, int num_groups, int offsets_on_backend,
                                        bfp8_matrix *d);
+bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                       const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                       const bfp8_matrix *c, bfp8_matrix *d);
 bfp8_status bfp8_cpu_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                            const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
                            bfp8_matrix *d);
@@ -102,10 +109,11 @@ bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
 bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                             const bfp8_matrix *c, bfp8_matrix *d);
 bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                        const int64_t *group_offsets, int num_groups, bfp8_matrix *d);
-bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                        const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                        const int64_t *group_offsets, int num_groups, int offsets_on_backend,
                                         bfp8_matrix *d);
+bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                        const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                        const bfp8_matrix *c, bfp8_matrix *d);
 bfp8_status bfp8_cuda_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                             const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
                             bfp8_matrix *d);

@@ -297,43 +297,56 @@ def gemm_1d1d(a, b, out=None, accumulate=False, out_dtype="f32"):
     return out
 
 
-def _group_offsets(offsets):
-    """G + 1 host int64 offsets (a list, tuple or array) as a ctypes array."""
-    values = [int(v) for v in offsets]
-    if len(values) < 2:
-        raise ValueError("blockfp8: group offsets need at least two values (0 and the end of group 0)")
-    return (C.c_int64 * len(values))(*values), len(values) - 1
+def _group_offsets(offsets, like):
+    """The G + 1 offsets of a grouped GEMM: a list or tuple (host values,
+    checked by the library), or an int64 array/tensor beside the operands
+    (backend memory, e.g. a router's output on the GPU: no synchronization;
+    the library clamps what it cannot check). Returns (pointer or ctypes
+    array, G, whether the offsets are in backend memory)."""
+    if isinstance(offsets, (list, tuple)):
+        values = [int(v) for v in offsets]
+        if len(values) < 2:
+            raise ValueError("blockfp8: group offsets need at least two values (0 and the end of group 0)")
+        return (C.c_int64 * len(values))(*values), len(values) - 1, False
+    if len(offsets.shape) != 1 or offsets.shape[0] < 2 or str(offsets.dtype).split(".")[-1] != "int64":
+        raise ValueError("blockfp8: group offsets as an array must be 1-D int64 with G + 1 >= 2 values")
+    if _is_torch(offsets) and not offsets.is_contiguous():
+        raise ValueError("blockfp8: group offsets must be contiguous")
+    _same_place(("the operands", like), ("offsets", offsets))
+    return C.c_void_p(_pointer(offsets)), offsets.shape[0] - 1, True
 
 
 def gemm_1d2d_grouped(a, b, offsets, out=None, out_dtype="bf16"):
     """Mixture of experts, fprop and dgrad: D[rows of g] = A[rows of g] . B_g^T
     for every expert g, whose tokens are rows offsets[g]..offsets[g+1] of A
-    (multiples of 128, host values). b stacks the G weights (G*N x K,
-    128x128, N a multiple of 128). D rows past offsets[-1] are not written."""
-    table, groups = _group_offsets(offsets)
+    (multiples of 128; a list of host values, or an int64 array/tensor
+    beside A, see _group_offsets). b stacks the G weights (G*N x K, 128x128,
+    N a multiple of 128). D rows past the last group are not written."""
+    table, groups, on_backend = _group_offsets(offsets, a.data)
     _same_place(("a", a.data), ("b", b.data), ("out", out))
     if out is None:
         out = _empty(a.data, (a.rows, b.rows // groups), out_dtype)
     sa, sb, d = a._struct(), b._struct(), _matrix(out, "out")
-    _check(_library().bfp8_gemm_1d2d_grouped(_context_of(a.data)._handle, C.byref(sa), C.byref(sb), table,
-                                             groups, C.byref(d)))
+    fn = _library().bfp8_gemm_1d2d_grouped_device_offsets if on_backend else _library().bfp8_gemm_1d2d_grouped
+    _check(fn(_context_of(a.data)._handle, C.byref(sa), C.byref(sb), table, groups, C.byref(d)))
     return out
 
 
 def gemm_1d1d_grouped(a, b, offsets, out=None, accumulate=False, out_dtype="f32"):
     """Mixture of experts, wgrad: D_g[N, K] (+)= A[:, tokens of g] . B[:, tokens of g]^T
-    for every expert g, its tokens columns offsets[g]..offsets[g+1] (multiples
-    of 128, host values) of A (N x M) and B (K x M). D is G*N x K, expert g's
+    for every expert g, its tokens columns offsets[g]..offsets[g+1] (as for
+    gemm_1d2d_grouped) of A (N x M) and B (K x M). D is G*N x K, expert g's
     gradient rows g*N..; an expert without tokens gets zeros (or keeps out)."""
-    table, groups = _group_offsets(offsets)
+    table, groups, on_backend = _group_offsets(offsets, a.data)
     if accumulate and out is None:
         raise ValueError("blockfp8: gemm_1d1d_grouped(accumulate=True) needs out")
     _same_place(("a", a.data), ("b", b.data), ("out", out))
     if out is None:
         out = _empty(a.data, (groups * a.rows, b.rows), out_dtype)
     sa, sb, d = a._struct(), b._struct(), _matrix(out, "out")
-    _check(_library().bfp8_gemm_1d1d_grouped(_context_of(a.data)._handle, C.byref(sa), C.byref(sb), table,
-                                             groups, C.byref(d) if accumulate else None, C.byref(d)))
+    fn = _library().bfp8_gemm_1d1d_grouped_device_offsets if on_backend else _library().bfp8_gemm_1d1d_grouped
+    _check(fn(_context_of(a.data)._handle, C.byref(sa), C.byref(sb), table, groups,
+              C.byref(d) if accumulate else None, C.byref(d)))
     return out
 
 

@@ -131,9 +131,12 @@ def float8_blockwise_grouped_linear(x, weight, offsets, pow2_scales=False):
     """Mixture of experts: y[rows of g] = x[rows of g] weight[g]^T for every
     expert g, with the three GEMMs of forward and backward grouped in FP8.
     x: tokens x K, sorted by expert; weight: G x N x K (N, K multiples of
-    128); offsets: G + 1 host ints, 0 first, multiples of 128 (pad each
-    expert's tokens); rows of y (and of x.grad) past offsets[-1] are zero."""
-    offsets = [int(v) for v in offsets]
+    128); offsets: G + 1 ints, 0 first, multiples of 128 (pad each expert's
+    tokens), host values, or an int64 tensor on x's device (no
+    synchronization; the library clamps bad values instead of raising);
+    rows of y (and of x.grad) past the last expert are zero."""
+    if not isinstance(offsets, torch.Tensor):
+        offsets = [int(v) for v in offsets]
     if len(offsets) != weight.shape[0] + 1:
         raise ValueError("blockfp8: %d offsets for %d experts (expected G + 1)" % (len(offsets), weight.shape[0]))
     return _Float8BlockwiseGroupedLinearFunction.apply(x, weight, offsets, pow2_scales)

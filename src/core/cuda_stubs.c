@@ -49,13 +49,16 @@ bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
     (void)ctx; (void)a; (void)b; (void)c; (void)d; return no_cuda();
 }
 bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                        const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
-    (void)ctx; (void)a; (void)b; (void)group_offsets; (void)num_groups; (void)d; return no_cuda();
+                                        const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                        bfp8_matrix *d) {
+    (void)ctx; (void)a; (void)b; (void)group_offsets; (void)num_groups; (void)offsets_on_backend; (void)d;
+    return no_cuda();
 }
 bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                        const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
-                                        bfp8_matrix *d) {
-    (void)ctx; (void)a; (void)b; (void)group_offsets; (void)num_groups; (void)c; (void)d; return no_cuda();
+                                        const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                        const bfp8_matrix *c, bfp8_matrix *d) {
+    (void)ctx; (void)a; (void)b; (void)group_offsets; (void)num_groups; (void)offsets_on_backend; (void)c; (void)d;
+    return no_cuda();
 }
 bfp8_status bfp8_cuda_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                                 const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,

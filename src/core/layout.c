@@ -31,6 +31,16 @@ bfp8_status bfp8_qmatrix_layout(bfp8_qmatrix *q, int64_t rows, int64_t cols,
     return BFP8_OK;
 }
 
+void bfp8_clamp_group_offsets(const int64_t *in, int num_groups, int64_t tokens, int64_t *out) {
+    const int64_t last = tokens / 128 * 128; /* every out[g] lies in [0, last] */
+    out[0] = 0;
+    for (int g = 0; g < num_groups; ++g) {
+        int64_t v = in[g + 1] / 128 * 128;
+        v = v < out[g] ? out[g] : v;
+        out[g + 1] = v > last ? last : v;
+    }
+}
+
 int64_t bfp8_qmatrix_scale_span(const bfp8_qmatrix *q) {
     const int64_t kblocks = bfp8_ceil_div(q->cols, 128);
     if (q->granularity == BFP8_GRAN_1X128) return (kblocks - 1) * q->scale_ld + q->rows;

@@ -276,9 +276,23 @@ static bfp8_matrix matrix_rows(const bfp8_matrix *m, int64_t r0, int64_t rows) {
     return v;
 }
 
+/* Offsets from backend memory (the host, here) as the kernels take them:
+ * clamped (bfp8_clamp_group_offsets) into *owned, which the caller frees. */
+static bfp8_status offsets_to_use(const int64_t *offsets, int num_groups, int64_t tokens, int on_backend,
+                                  const int64_t **use, int64_t **owned) {
+    *use = offsets;
+    *owned = NULL;
+    if (!on_backend) return BFP8_OK;
+    *owned = malloc((size_t)(num_groups + 1) * sizeof(int64_t));
+    if (!*owned) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "grouped GEMM: offsets");
+    bfp8_clamp_group_offsets(offsets, num_groups, tokens, *owned);
+    *use = *owned;
+    return BFP8_OK;
+}
+
 /* Group by group: the 1D2D GEMM of the group's rows of a with its weight. */
-bfp8_status bfp8_cpu_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                       const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
+static bfp8_status gemm_1d2d_groups(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                    const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
     const int64_t n = b->rows / num_groups;
     for (int g = 0; g < num_groups; ++g) {
         const int64_t r0 = group_offsets[g], rows = group_offsets[g + 1] - r0;
@@ -296,9 +310,9 @@ bfp8_status bfp8_cpu_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a,
 
 /* Group by group: the 1D1D GEMM over the group's tokens (columns of a and
  * b) into its rows of d; a group without tokens gets C (or zeros). */
-bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                       const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
-                                       bfp8_matrix *d) {
+static bfp8_status gemm_1d1d_groups(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                    const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                    bfp8_matrix *d) {
     const int64_t n = a->rows;
     for (int g = 0; g < num_groups; ++g) {
         const int64_t t0 = group_offsets[g], tokens = group_offsets[g + 1] - t0;
@@ -323,6 +337,28 @@ bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a,
         BFP8_TRY(bfp8_cpu_gemm_1d1d(ctx, &ag, &bg, c ? &cg : NULL, &dg));
     }
     return BFP8_OK;
+}
+
+bfp8_status bfp8_cpu_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                       const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                       bfp8_matrix *d) {
+    const int64_t *use;
+    int64_t *owned;
+    BFP8_TRY(offsets_to_use(group_offsets, num_groups, a->rows, offsets_on_backend, &use, &owned));
+    const bfp8_status st = gemm_1d2d_groups(ctx, a, b, use, num_groups, d);
+    free(owned);
+    return st;
+}
+
+bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                       const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                       const bfp8_matrix *c, bfp8_matrix *d) {
+    const int64_t *use;
+    int64_t *owned;
+    BFP8_TRY(offsets_to_use(group_offsets, num_groups, a->cols, offsets_on_backend, &use, &owned));
+    const bfp8_status st = gemm_1d1d_groups(ctx, a, b, use, num_groups, c, d);
+    free(owned);
+    return st;
 }
 
 bfp8_status bfp8_cpu_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,

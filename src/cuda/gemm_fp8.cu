@@ -452,11 +452,18 @@ bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_
 /* ------------------------------------------------------------------------ */
 /* Grouped GEMMs                                                             */
 
-/* Params::group_table in device memory: one copy from the host on the
- * context's stream, so it lands after the kernels that still read the
- * previous table. The buffer grows (after a device synchronization) when a
- * call needs more. */
-bfp8_status upload_group_table(const bfp8_context *ctx, const int *table, size_t count, const int **device) {
+/* m-tiles of a grouped 1D2D GEMM with `bm`-row tiles: each group's rows from its start. */
+int64_t grouped_m_tiles(const int64_t *offsets, int num_groups, int bm) {
+    int64_t tiles = 0;
+    for (int g = 0; g < num_groups; ++g) tiles += bfp8_ceil_div(offsets[g + 1] - offsets[g], bm);
+    return tiles;
+}
+
+/* The context's device buffer for Params::group_table, at least `count`
+ * ints. It grows (after a device synchronization: cudaFree) when a call
+ * needs more; what writes it runs on the context's stream, after the kernels
+ * that still read the previous table. */
+bfp8_status group_table_space(const bfp8_context *ctx, size_t count, int **device) {
     bfp8_cuda_state *st = bfp8_cuda_state_of(ctx);
     const size_t bytes = count * sizeof(int);
     if (bytes > st->gemm_group_table_bytes) {
@@ -469,9 +476,97 @@ bfp8_status upload_group_table(const bfp8_context *ctx, const int *table, size_t
         BFP8_CUDA_TRY(cudaMalloc(&st->gemm_group_table, want));
         st->gemm_group_table_bytes = want;
     }
-    BFP8_CUDA_TRY(cudaMemcpyAsync(st->gemm_group_table, table, bytes, cudaMemcpyHostToDevice, bfp8_stream_of(ctx)));
-    *device = static_cast<const int *>(st->gemm_group_table);
+    *device = static_cast<int *>(st->gemm_group_table);
     return BFP8_OK;
+}
+
+/* The table made on the host, copied (one copy on the context's stream). */
+bfp8_status upload_group_table(const bfp8_context *ctx, const int *table, size_t count, const int **device) {
+    int *space = nullptr;
+    BFP8_TRY(group_table_space(ctx, count, &space));
+    BFP8_CUDA_TRY(cudaMemcpyAsync(space, table, count * sizeof(int), cudaMemcpyHostToDevice, bfp8_stream_of(ctx)));
+    *device = space;
+    return BFP8_OK;
+}
+
+/* The table made on the GPU from offsets in device memory, clamped as
+ * bfp8_clamp_group_offsets does (one CTA; the clamped offsets, in units of
+ * 128 tokens, in shared memory). m_table: the grouped 1D2D table of
+ * 128-row tiles (count first, then first row, group, group end per tile);
+ * else the grouped 1D1D one (each group's first k-block, and the end). */
+constexpr int GROUP_TABLE_THREADS = 256;
+constexpr int DEVICE_OFFSETS_MAX_GROUPS = 8192; /* 32 KB of shared memory */
+__global__ void __launch_bounds__(GROUP_TABLE_THREADS)
+    build_group_table(const int64_t *offsets, int num_groups, int64_t tokens, bool m_table, int *table) {
+    __shared__ int blocks[DEVICE_OFFSETS_MAX_GROUPS + 1]; /* clamped offset / 128 */
+    if (threadIdx.x == 0) {
+        const int64_t last = tokens / 128;
+        int64_t prev = 0;
+        blocks[0] = 0;
+        for (int g = 0; g < num_groups; ++g) {
+            int64_t v = offsets[g + 1] / 128;
+            v = v < prev ? prev : v;
+            prev = v > last ? last : v;
+            blocks[g + 1] = (int)prev;
+        }
+    }
+    __syncthreads();
+    if (!m_table) {
+        for (int g = threadIdx.x; g <= num_groups; g += blockDim.x) table[g] = blocks[g];
+        return;
+    }
+    const int tiles = blocks[num_groups];
+    if (threadIdx.x == 0) table[0] = tiles;
+    for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
+        int lo = 0, hi = num_groups - 1; /* the group g with blocks[g] <= t < blocks[g + 1] */
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (blocks[mid] <= t) lo = mid;
+            else hi = mid - 1;
+        }
+        int *e = table + 1 + 3 * t;
+        e[0] = 128 * t;
+        e[1] = lo;
+        e[2] = 128 * blocks[lo + 1];
+    }
+}
+
+/* Params::group_table for a grouped GEMM, from host offsets (checked) or
+ * device ones. 1D2D: the tiles of `bm` rows of each group; 1D1D: the
+ * groups' k-blocks. */
+bfp8_status make_group_table(const bfp8_context *ctx, const int64_t *offsets, int num_groups, int64_t tokens,
+                             bool on_device, bool m_table, int bm, const int **device) {
+    if (on_device) {
+        if (num_groups > DEVICE_OFFSETS_MAX_GROUPS)
+            return bfp8_fail(BFP8_ERR_UNSUPPORTED, "grouped GEMM: at most %d groups with offsets in device memory",
+                             DEVICE_OFFSETS_MAX_GROUPS);
+        int *space = nullptr;
+        BFP8_TRY(group_table_space(ctx, m_table ? 1 + 3 * (size_t)(tokens / 128) : (size_t)num_groups + 1, &space));
+        build_group_table<<<1, GROUP_TABLE_THREADS, 0, bfp8_stream_of(ctx)>>>(offsets, num_groups, tokens, m_table,
+                                                                              space);
+        BFP8_CUDA_CHECK_LAUNCH();
+        *device = space;
+        return BFP8_OK;
+    }
+    const int64_t tiles = m_table ? grouped_m_tiles(offsets, num_groups, bm) : 0;
+    const size_t count = m_table ? 1 + 3 * (size_t)tiles : (size_t)num_groups + 1;
+    int *table = static_cast<int *>(malloc(count * sizeof(int)));
+    if (!table) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "grouped GEMM: group table");
+    if (m_table) {
+        table[0] = (int)tiles;
+        int *entry = table + 1;
+        for (int g = 0; g < num_groups; ++g)
+            for (int64_t r = offsets[g]; r < offsets[g + 1]; r += bm, entry += 3) {
+                entry[0] = (int)r;
+                entry[1] = g;
+                entry[2] = (int)offsets[g + 1];
+            }
+    } else {
+        for (int g = 0; g <= num_groups; ++g) table[g] = (int)(offsets[g] / 128);
+    }
+    const bfp8_status st = upload_group_table(ctx, table, count, device);
+    free(table);
+    return st;
 }
 
 /* A grouped GEMM: single-CTA tiles, never split along K. 1D2D: m_tiles
@@ -509,13 +604,6 @@ Config grouped_config() {
         c.direct_store = strstr(forced, "store=direct") != nullptr;
     }
     return c;
-}
-
-/* m-tiles of a grouped 1D2D GEMM with `bm`-row tiles: each group's rows from its start. */
-int64_t grouped_m_tiles(const int64_t *offsets, int num_groups, int bm) {
-    int64_t tiles = 0;
-    for (int g = 0; g < num_groups; ++g) tiles += bfp8_ceil_div(offsets[g + 1] - offsets[g], bm);
-    return tiles;
 }
 
 /* The tile of a grouped 1D2D GEMM: 128 x 128, 128 x 192 or 192 x 128,
@@ -601,35 +689,33 @@ bfp8_status prepare(const char *fn, const bfp8_qmatrix *a, const bfp8_qmatrix *b
 
 bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                 bfp8_matrix *d) {
-    Params p;
+    Params p = {};
     BFP8_TRY(prepare("bfp8_gemm_1d2d", a, b, nullptr, d, a->rows, b->rows, &p));
     return dispatch<false>(ctx, a, b, p);
 }
 
 /* Grouped along M: the group of each 128-row tile of A (and D) in a table. */
 bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                        const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
-    const int64_t rows = group_offsets[num_groups];
-    Params p;
+                                        const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                        bfp8_matrix *d) {
+    /* D's rows: the groups' (host offsets), or all that the clamped device
+     * offsets may cover (the table holds how many tiles run) */
+    const int64_t rows = offsets_on_backend ? a->rows / 128 * 128 : group_offsets[num_groups];
+    Params p = {};
     BFP8_TRY(prepare("bfp8_gemm_1d2d_grouped", a, b, nullptr, d, rows, d->cols, &p));
     if (rows == 0) return BFP8_OK; /* no tokens: nothing to write */
     p.group_n = p.n;
     Config c = grouped_config();
-    grouped_1d2d_tile(group_offsets, num_groups, p.n, ctx, &c);
-    /* the table: per m-tile its first row, group and the group's end */
-    const int64_t m_tiles = grouped_m_tiles(group_offsets, num_groups, c.bm);
-    int *table = static_cast<int *>(malloc((size_t)m_tiles * 3 * sizeof(int)));
-    if (!table) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_gemm_1d2d_grouped: group table");
-    int *entry = table;
-    for (int g = 0; g < num_groups; ++g)
-        for (int64_t r = group_offsets[g]; r < group_offsets[g + 1]; r += c.bm, entry += 3) {
-            entry[0] = (int)r;
-            entry[1] = g;
-            entry[2] = (int)group_offsets[g + 1];
-        }
-    const bfp8_status st = upload_group_table(ctx, table, (size_t)m_tiles * 3, &p.group_table);
-    free(table);
-    BFP8_TRY(st);
+    if (offsets_on_backend) { /* 128-row tiles: the groups' sizes are not known here */
+        const int64_t one_group[2] = {0, rows};
+        grouped_1d2d_tile(one_group, 1, p.n, ctx, &c);
+        c.bm = 128;
+    } else {
+        grouped_1d2d_tile(group_offsets, num_groups, p.n, ctx, &c);
+    }
+    const int64_t m_tiles = offsets_on_backend ? rows / 128 : grouped_m_tiles(group_offsets, num_groups, c.bm);
+    BFP8_TRY(make_group_table(ctx, group_offsets, num_groups, a->rows, offsets_on_backend, true, c.bm,
+                              &p.group_table));
     const bool tma = output_path<false>(c, p) == bfp8_gemm::TMA_BF16;
     if (c.bm == 192)
         return tma ? launch_grouped<192, 128, false, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p, num_groups, m_tiles)
@@ -643,17 +729,13 @@ bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
 
 /* Grouped along the tokens: each group's k-blocks in a table. */
 bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                        const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
-                                        bfp8_matrix *d) {
-    Params p;
+                                        const int64_t *group_offsets, int num_groups, int offsets_on_backend,
+                                        const bfp8_matrix *c, bfp8_matrix *d) {
+    Params p = {};
     BFP8_TRY(prepare("bfp8_gemm_1d1d_grouped", a, b, c, d, a->rows, b->rows, &p));
     p.group_n = p.m;
-    int *table = static_cast<int *>(malloc((size_t)(num_groups + 1) * sizeof(int)));
-    if (!table) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_gemm_1d1d_grouped: group table");
-    for (int g = 0; g <= num_groups; ++g) table[g] = (int)(group_offsets[g] / 128);
-    const bfp8_status st = upload_group_table(ctx, table, (size_t)num_groups + 1, &p.group_table);
-    free(table);
-    BFP8_TRY(st);
+    BFP8_TRY(make_group_table(ctx, group_offsets, num_groups, a->cols, offsets_on_backend, false, 0,
+                              &p.group_table));
     const Config cfg = grouped_config();
     switch (output_path<true>(cfg, p)) {
     case bfp8_gemm::TMA_F32: return launch_grouped<192, 128, true, bfp8_gemm::TMA_F32>(cfg, ctx, a, b, p, num_groups);
@@ -665,7 +747,7 @@ bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
 
 bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                 const bfp8_matrix *c, bfp8_matrix *d) {
-    Params p;
+    Params p = {};
     BFP8_TRY(prepare("bfp8_gemm_1d1d", a, b, c, d, a->rows, b->rows, &p));
     return dispatch<true>(ctx, a, b, p);
 }

@@ -102,10 +102,11 @@ struct Params {
     float *split_partials;     /* per slice >= 1: BM x BN floats, per warpgroup, thread-interleaved */
     unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
     /* Grouped GEMMs (GROUPED kernels, one CTA per cluster).
-     * 1D2D, grouped along M: m-tile t is BM rows of one group g from row
-     * group_table[3t], g = group_table[3t + 1], the group's rows ending at
-     * group_table[3t + 2] (rows from there on are not stored); group g's B
-     * (and B's block scales) start at row g * group_n.
+     * 1D2D, grouped along M: group_table[0] m-tiles (num_m_tiles is only a
+     * bound: the table may be written by a kernel); m-tile t is BM rows of
+     * one group g from row group_table[1 + 3t], g = group_table[2 + 3t],
+     * the group's rows ending at group_table[3 + 3t] (rows from there on are
+     * not stored); group g's B (and B's block scales) start at row g * group_n.
      * 1D1D, grouped along the tokens: unit u is tile u % tiles_per_group of
      * group g = u / tiles_per_group, over k-blocks [group_table[g],
      * group_table[g + 1]); its D rows start at g * group_n (TMA_OUT: D's
@@ -139,7 +140,7 @@ struct GroupedMTile {
     int m0, group, row_end;
 };
 __device__ __forceinline__ GroupedMTile grouped_m_tile(const Params &p, int t) {
-    const int *e = p.group_table + 3 * t;
+    const int *e = p.group_table + 1 + 3 * t;
     return GroupedMTile{__ldg(e), __ldg(e + 1), __ldg(e + 2)};
 }
 
@@ -330,8 +331,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
 
     const int num_clusters = gridDim.x / CLUSTER;
     const int cluster_id = blockIdx.x / CLUSTER;
-    const int num_cluster_rows = (p.num_m_tiles + CM - 1) / CM;
+    /* (grouped 1D2D: the m-tiles in the table; p.num_units is a bound) */
+    const int num_cluster_rows = M_GROUPED ? __ldg(p.group_table) : (p.num_m_tiles + CM - 1) / CM;
     const int num_cluster_cols = (p.num_n_tiles + CN - 1) / CN;
+    const int num_units = M_GROUPED ? min(p.num_units, num_cluster_rows * num_cluster_cols) : p.num_units;
 
     if (warpgroup == W::MATH_WG) {
         /* ---------------- producer ---------------- */
@@ -339,7 +342,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         if (threadIdx.x == PRODUCER_THREAD) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
+            for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < num_units; u += num_clusters) {
                 const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
                 int cluster_row, cluster_col;
                 tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
@@ -397,7 +400,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const uint32_t sa_kept = smem_u32(smem_sa + row_in_tile);
         const uint32_t sb_kept = B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
 
-        for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < p.num_units; u += num_clusters) {
+        for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < num_units; u += num_clusters) {
             const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
             int cluster_row, cluster_col;
             tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);

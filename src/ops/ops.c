@@ -178,31 +178,73 @@ static bfp8_status check_group_offsets(const int64_t *offsets, int num_groups, i
     return BFP8_OK;
 }
 
-bfp8_status bfp8_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                                   const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
-    static const char fn[] = "bfp8_gemm_1d2d_grouped";
+/* The offsets of a grouped GEMM: in host memory, checked value by value
+ * (check_group_offsets); in backend memory, only where they are (the
+ * kernels clamp them, see blockfp8.h). */
+static bfp8_status check_offsets(const bfp8_context *ctx, const int64_t *offsets, int num_groups, int64_t tokens,
+                                 int on_backend, const char *fn) {
+    if (!on_backend) return check_group_offsets(offsets, num_groups, tokens, fn);
+    if (num_groups < 1) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: num_groups %d (must be >= 1)", fn, num_groups);
+    if ((uintptr_t)offsets % sizeof(int64_t) != 0)
+        return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: group_offsets not 8-byte aligned", fn);
+    char what[96];
+    snprintf(what, sizeof what, "%s: group_offsets", fn);
+    return bfp8_check_pointer(ctx, offsets, what);
+}
+
+static bfp8_status gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                     const int64_t *group_offsets, int num_groups, bfp8_matrix *d, int on_backend,
+                                     const char *fn) {
     BFP8_TRY(check_fp8_operands(ctx, a, b, BFP8_GRAN_128X128, fn, "K"));
-    BFP8_TRY(check_group_offsets(group_offsets, num_groups, a->rows, fn));
+    BFP8_TRY(check_offsets(ctx, group_offsets, num_groups, a->rows, on_backend, fn));
     if (b->rows % num_groups != 0 || (b->rows / num_groups) % 128 != 0)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: b has %lld rows, not %d groups of N rows with N a multiple of 128", fn,
                          (long long)b->rows, num_groups);
-    BFP8_TRY(check_output(ctx, d, a->rows, b->rows / num_groups, "bfp8_gemm_1d2d_grouped: d"));
-    return is_cuda(ctx) ? bfp8_cuda_gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, d)
-                        : bfp8_cpu_gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, d);
+    char what[96];
+    snprintf(what, sizeof what, "%s: d", fn);
+    BFP8_TRY(check_output(ctx, d, a->rows, b->rows / num_groups, what));
+    return is_cuda(ctx) ? bfp8_cuda_gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, on_backend, d)
+                        : bfp8_cpu_gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, on_backend, d);
+}
+
+static bfp8_status gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                     const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
+                                     bfp8_matrix *d, int on_backend, const char *fn) {
+    BFP8_TRY(check_fp8_operands(ctx, a, b, BFP8_GRAN_1X128, fn, "the token count M"));
+    BFP8_TRY(check_offsets(ctx, group_offsets, num_groups, a->cols, on_backend, fn));
+    if (a->rows > INT64_MAX / num_groups)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: %d groups of %lld rows overflow", fn, num_groups, (long long)a->rows);
+    char what[96];
+    snprintf(what, sizeof what, "%s: d", fn);
+    BFP8_TRY(check_output(ctx, d, a->rows * num_groups, b->rows, what));
+    snprintf(what, sizeof what, "%s: c", fn);
+    BFP8_TRY(check_accumulator(ctx, c, d, what));
+    return is_cuda(ctx) ? bfp8_cuda_gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, on_backend, c, d)
+                        : bfp8_cpu_gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, on_backend, c, d);
+}
+
+bfp8_status bfp8_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                                   const int64_t *group_offsets, int num_groups, bfp8_matrix *d) {
+    return gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, d, 0, "bfp8_gemm_1d2d_grouped");
 }
 
 bfp8_status bfp8_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                                    const int64_t *group_offsets, int num_groups, const bfp8_matrix *c,
                                    bfp8_matrix *d) {
-    static const char fn[] = "bfp8_gemm_1d1d_grouped";
-    BFP8_TRY(check_fp8_operands(ctx, a, b, BFP8_GRAN_1X128, fn, "the token count M"));
-    BFP8_TRY(check_group_offsets(group_offsets, num_groups, a->cols, fn));
-    if (a->rows > INT64_MAX / num_groups)
-        return bfp8_fail(BFP8_ERR_SHAPE, "%s: %d groups of %lld rows overflow", fn, num_groups, (long long)a->rows);
-    BFP8_TRY(check_output(ctx, d, a->rows * num_groups, b->rows, "bfp8_gemm_1d1d_grouped: d"));
-    BFP8_TRY(check_accumulator(ctx, c, d, "bfp8_gemm_1d1d_grouped: c"));
-    return is_cuda(ctx) ? bfp8_cuda_gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, c, d)
-                        : bfp8_cpu_gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, c, d);
+    return gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, c, d, 0, "bfp8_gemm_1d1d_grouped");
+}
+
+bfp8_status bfp8_gemm_1d2d_grouped_device_offsets(bfp8_context *ctx, const bfp8_qmatrix *a,
+                                                  const bfp8_qmatrix *b, const int64_t *group_offsets,
+                                                  int num_groups, bfp8_matrix *d) {
+    return gemm_1d2d_grouped(ctx, a, b, group_offsets, num_groups, d, 1, "bfp8_gemm_1d2d_grouped_device_offsets");
+}
+
+bfp8_status bfp8_gemm_1d1d_grouped_device_offsets(bfp8_context *ctx, const bfp8_qmatrix *a,
+                                                  const bfp8_qmatrix *b, const int64_t *group_offsets,
+                                                  int num_groups, const bfp8_matrix *c, bfp8_matrix *d) {
+    return gemm_1d1d_grouped(ctx, a, b, group_offsets, num_groups, c, d, 1,
+                             "bfp8_gemm_1d1d_grouped_device_offsets");
 }
 
 bfp8_status bfp8_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,

@@ -11,6 +11,8 @@
  * sizes with empty ones among them; rows of D that no group covers must keep
  * their poison (1D2D), and an expert without tokens must get exactly C or
  * zeros (1D1D). Bad offsets and shapes must fail with nothing written.
+ * The _device_offsets forms get their offsets in backend memory, also
+ * wrong ones, which must act as their clamped values.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
@@ -132,24 +134,40 @@ static int64_t *offsets_of(const int64_t *sizes, int groups) {
     return offsets;
 }
 
+/* Offsets for the _device_offsets calls: `raw` (G + 1 values, as a router
+ * might write them) in backend memory, or NULL when raw is NULL. */
+static int64_t *device_offsets(const int64_t *raw, int groups) {
+    if (!raw) return NULL;
+    int64_t *dev = backend_alloc((size_t)(groups + 1) * sizeof(int64_t));
+    to_backend(dev, raw, (size_t)(groups + 1) * sizeof(int64_t));
+    return dev;
+}
+
 /* ------------------------------------------------------------------------ */
 /* 1D2D, grouped along M                                                     */
 
 /* sizes[g]: group g's rows (multiples of 128); `spare` rows of A after the
- * last group, which D must not see written. */
+ * last group, which D must not see written. raw_offsets: NULL (host
+ * offsets), or offsets for bfp8_gemm_1d2d_grouped_device_offsets that clamp
+ * to those of sizes. */
 static void case_1d2d(const int64_t *sizes, int groups, int64_t spare, int64_t n, int64_t k, bfp8_dtype dt,
-                      uint64_t seed) {
+                      uint64_t seed, const int64_t *raw_offsets) {
     int64_t *offsets = offsets_of(sizes, groups);
     const int64_t m = offsets[groups] + spare;
     char name[128];
-    snprintf(name, sizeof name, "1d2d grouped: %d groups, %lld rows (+%lld spare), N %lld, K %lld -> %s", groups,
-             (long long)offsets[groups], (long long)spare, (long long)n, (long long)k, bfp8_dtype_name(dt));
+    snprintf(name, sizeof name, "1d2d grouped: %d groups, %lld rows (+%lld spare), N %lld, K %lld -> %s%s", groups,
+             (long long)offsets[groups], (long long)spare, (long long)n, (long long)k, bfp8_dtype_name(dt),
+             raw_offsets ? " (device offsets)" : "");
     operand a, b;
     operand_make(&a, m, k, BFP8_GRAN_1X128, seed);
     operand_make(&b, groups * n, k, BFP8_GRAN_128X128, seed + 1);
     bfp8_matrix d = output_make(m, n, dt);
     poison(&d);
-    CHECK_OK(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, offsets, groups, &d));
+    int64_t *dev_offsets = device_offsets(raw_offsets, groups);
+    if (dev_offsets)
+        CHECK_OK(bfp8_gemm_1d2d_grouped_device_offsets(ctx, &a.dev, &b.dev, dev_offsets, groups, &d));
+    else
+        CHECK_OK(bfp8_gemm_1d2d_grouped(ctx, &a.dev, &b.dev, offsets, groups, &d));
     CHECK_OK(bfp8_context_synchronize(ctx));
     unsigned char *raw = download_raw(&d);
     for (int g = 0; g < groups; ++g) {
@@ -177,6 +195,7 @@ static void case_1d2d(const int64_t *sizes, int groups, int64_t spare, int64_t n
     printf("  checked %s\n", name);
     free(raw);
     free(offsets);
+    bfp8_free(ctx, dev_offsets);
     bfp8_free(ctx, d.data);
     operand_free(&a);
     operand_free(&b);
@@ -185,15 +204,17 @@ static void case_1d2d(const int64_t *sizes, int groups, int64_t spare, int64_t n
 /* ------------------------------------------------------------------------ */
 /* 1D1D, grouped along the tokens                                            */
 
-/* accumulate: 0 D = A.B^T; 1 D += A.B^T in place (c = d); 2 D = C + A.B^T, C separate. */
+/* accumulate: 0 D = A.B^T; 1 D += A.B^T in place (c = d); 2 D = C + A.B^T,
+ * C separate. raw_offsets: as for case_1d2d. */
 static void case_1d1d(const int64_t *sizes, int groups, int64_t spare, int64_t n, int64_t k, bfp8_dtype dt,
-                      int accumulate, uint64_t seed) {
+                      int accumulate, uint64_t seed, const int64_t *raw_offsets) {
     int64_t *offsets = offsets_of(sizes, groups);
     const int64_t m = offsets[groups] + spare;
     char name[160];
     snprintf(name, sizeof name, "1d1d grouped: %d groups, %lld tokens (+%lld spare), N %lld, K %lld -> %s%s", groups,
              (long long)offsets[groups], (long long)spare, (long long)n, (long long)k, bfp8_dtype_name(dt),
              accumulate == 1 ? " (in place)" : accumulate == 2 ? " (from another C)" : "");
+    if (raw_offsets) strncat(name, " (device offsets)", sizeof name - strlen(name) - 1);
     operand a, b;
     operand_make(&a, n, m, BFP8_GRAN_1X128, seed);
     operand_make(&b, k, m, BFP8_GRAN_1X128, seed + 1);
@@ -208,7 +229,12 @@ static void case_1d1d(const int64_t *sizes, int groups, int64_t spare, int64_t n
     } else {
         poison(&d);
     }
-    CHECK_OK(bfp8_gemm_1d1d_grouped(ctx, &a.dev, &b.dev, offsets, groups, accumulate ? &c : NULL, &d));
+    int64_t *dev_offsets = device_offsets(raw_offsets, groups);
+    if (dev_offsets)
+        CHECK_OK(bfp8_gemm_1d1d_grouped_device_offsets(ctx, &a.dev, &b.dev, dev_offsets, groups, accumulate ? &c : NULL,
+                                                       &d));
+    else
+        CHECK_OK(bfp8_gemm_1d1d_grouped(ctx, &a.dev, &b.dev, offsets, groups, accumulate ? &c : NULL, &d));
     CHECK_OK(bfp8_context_synchronize(ctx));
     unsigned char *raw = download_raw(&d);
     for (int g = 0; g < groups; ++g) {
@@ -241,6 +267,7 @@ static void case_1d1d(const int64_t *sizes, int groups, int64_t spare, int64_t n
     free(raw);
     free(c_host);
     free(offsets);
+    bfp8_free(ctx, dev_offsets);
     if (accumulate == 2) bfp8_free(ctx, c.data);
     bfp8_free(ctx, d.data);
     operand_free(&a);
@@ -277,6 +304,11 @@ static void bad_input(void) {
     CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &at.dev, &bt.dev, good, 1, NULL, &dw), BFP8_ERR_SHAPE); /* d: 1 x N rows */
     CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &bt.dev, &at.dev, good, 2, NULL, &dw), BFP8_ERR_SHAPE);
     CHECK_STATUS(bfp8_gemm_1d1d_grouped(ctx, &at.dev, &bt.dev, good, 2, &d, &dw), BFP8_ERR_SHAPE); /* c's shape */
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped_device_offsets(ctx, &a.dev, &b.dev, NULL, 2, &d), BFP8_ERR_NULL_POINTER);
+    int64_t *dev_good = device_offsets(good, 2);
+    CHECK_STATUS(bfp8_gemm_1d2d_grouped_device_offsets(ctx, &a.dev, &b.dev, dev_good, 0, &d), BFP8_ERR_INVALID_VALUE);
+    CHECK_STATUS(bfp8_gemm_1d1d_grouped_device_offsets(ctx, &at.dev, &bt.dev, dev_good, 1, NULL, &dw), BFP8_ERR_SHAPE);
+    bfp8_free(ctx, dev_good);
     CHECK_OK(bfp8_context_synchronize(ctx));
     unsigned char *raw = download_raw(&d), *raw_w = download_raw(&dw);
     int64_t touched = 0;
@@ -308,32 +340,43 @@ int main(int argc, char **argv) {
     /* uneven experts, empty ones first, in the middle and last */
     const int64_t moe[] = {0, 384, 128, 0, 1024, 256, 0};
     const int64_t one[] = {640};
-    case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++);
-    case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++);  /* spare rows, three 128-column blocks */
-    case_1d2d(one, 1, 77, 128, 4097, BFP8_BF16, seed++); /* one group: the plain GEMM's job */
+    case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++, NULL);
+    case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++, NULL);  /* spare rows, three 128-column blocks */
+    case_1d2d(one, 1, 77, 128, 4097, BFP8_BF16, seed++, NULL); /* one group: the plain GEMM's job */
     /* tiles forced: 192 columns straddle weights (N = 384: 2 tiles of 192) */
     setenv("BFP8_GEMM_CONFIG", "bn=192", 1);
-    case_1d2d(moe, 7, 0, 384, 512, BFP8_BF16, seed++);
+    case_1d2d(moe, 7, 0, 384, 512, BFP8_BF16, seed++, NULL);
     /* 192-row tiles: a group's last tile ends past it (its rows there are not stored) */
     setenv("BFP8_GEMM_CONFIG", "bm=192", 1);
-    case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++);
-    case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++); /* f32: stored from registers */
+    case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++, NULL);
+    case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++, NULL); /* f32: stored from registers */
     setenv("BFP8_GEMM_CONFIG", "bn=128,store=direct", 1);
-    case_1d2d(moe, 7, 0, 256, 640, BFP8_BF16, seed++);
+    case_1d2d(moe, 7, 0, 256, 640, BFP8_BF16, seed++, NULL);
     unsetenv("BFP8_GEMM_CONFIG");
     const int64_t none[] = {0, 0};
-    case_1d2d(none, 2, 128, 128, 256, BFP8_BF16, seed++); /* no tokens at all: nothing written */
-    case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++);
-    case_1d1d(moe, 7, 128, 128, 384, BFP8_F32, 1, seed++);
-    case_1d1d(moe, 7, 0, 256, 136, BFP8_F32, 2, seed++);
-    case_1d1d(moe, 7, 0, 128, 129, BFP8_BF16, 0, seed++);
-    case_1d1d(moe, 7, 0, 200, 136, BFP8_F32, 0, seed++); /* N not a multiple of a tile: rows clipped per group */
-    case_1d1d(moe, 7, 0, 200, 264, BFP8_F32, 1, seed++);
-    case_1d1d(one, 1, 5, 384, 1000, BFP8_F32, 1, seed++);
-    case_1d1d(none, 2, 128, 128, 256, BFP8_F32, 2, seed++); /* no tokens at all: D = C */
+    case_1d2d(none, 2, 128, 128, 256, BFP8_BF16, seed++, NULL); /* no tokens at all: nothing written */
+    case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++, NULL);
+    case_1d1d(moe, 7, 128, 128, 384, BFP8_F32, 1, seed++, NULL);
+    case_1d1d(moe, 7, 0, 256, 136, BFP8_F32, 2, seed++, NULL);
+    case_1d1d(moe, 7, 0, 128, 129, BFP8_BF16, 0, seed++, NULL);
+    case_1d1d(moe, 7, 0, 200, 136, BFP8_F32, 0, seed++, NULL); /* N not a multiple of a tile: rows clipped per group */
+    case_1d1d(moe, 7, 0, 200, 264, BFP8_F32, 1, seed++, NULL);
+    case_1d1d(one, 1, 5, 384, 1000, BFP8_F32, 1, seed++, NULL);
+    case_1d1d(none, 2, 128, 128, 256, BFP8_F32, 2, seed++, NULL); /* no tokens at all: D = C */
     setenv("BFP8_GEMM_CONFIG", "store=direct", 1);
-    case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++);
+    case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++, NULL);
     unsetenv("BFP8_GEMM_CONFIG");
+    /* offsets in backend memory: as given, and as a router might get them
+     * wrong (unaligned, decreasing, past the tokens), clamped as documented */
+    {
+        static const int64_t moe_raw[] = {0, 0, 384, 512, 512, 1536, 1792, 1792};
+        static const int64_t bad_raw[] = {5, 300, 200, 700, 100000};  /* clamps to 0, 256, 256, 640, 768 */
+        static const int64_t bad_sizes[] = {256, 0, 384, 128};
+        case_1d2d(moe, 7, 200, 256, 1000, BFP8_BF16, seed++, moe_raw);
+        case_1d2d(bad_sizes, 4, 100, 384, 256, BFP8_BF16, seed++, bad_raw); /* 868 rows: the last group ends at 768 */
+        case_1d1d(moe, 7, 0, 200, 264, BFP8_F32, 1, seed++, moe_raw);
+        case_1d1d(bad_sizes, 4, 100, 256, 136, BFP8_F32, 2, seed++, bad_raw);
+    }
     bad_input();
 
     bfp8_context_destroy(ctx);

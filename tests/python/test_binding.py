@@ -185,6 +185,13 @@ def test_grouped_gemms(rng):
         got = dw[g * n:(g + 1) * n]
         check(sqnr_db(ref, got) >= 40, "1d1d grouped, expert %d: %.1f dB" % (g, sqnr_db(ref, got)))
     check(np.array_equal(dw[n:2 * n], start[n:2 * n]), "1d1d grouped: the expert without tokens changed")
+    # the same offsets as an int64 array (backend memory: the device-offsets entry points)
+    d_arr = bf.gemm_1d2d_grouped(qx, qw, np.array(offsets, dtype=np.int64), out_dtype="f32")
+    check(np.array_equal(d_arr[:384], d[:384]), "1d2d grouped: offsets as an array differ from a list")
+    dw_arr = start.copy()
+    bf.gemm_1d1d_grouped(qdyt, qxt, np.array(offsets, dtype=np.int64), out=dw_arr, accumulate=True)
+    check(np.array_equal(dw_arr, dw), "1d1d grouped: offsets as an array differ from a list")
+    expect_error(lambda: bf.gemm_1d2d_grouped(qx, qw, np.array(offsets, dtype=np.int32)), ValueError, "int32 offsets")
     expect_error(lambda: bf.gemm_1d2d_grouped(qx, qw, [0, 100, 256, 384]), bf.Error, "offsets not multiples of 128")
     expect_error(lambda: bf.gemm_1d2d_grouped(qx, qw, [0]), ValueError, "one offset")
 

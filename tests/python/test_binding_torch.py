@@ -248,6 +248,14 @@ def test_grouped(gen):
     check(bool((y[640:] == 0).all()) and bool((x.grad[640:] == 0).all()), "grouped linear: rows past the last expert")
     check(bool((w.grad[1] == 0).all()), "grouped linear: the expert without tokens has a zero gradient")
     print("float8_blockwise_grouped_linear: forward %.2f dB, dgrad %.2f dB, wgrad %.2f dB" % got)
+    # offsets as a tensor beside x: the device-offsets GEMMs, the same bits
+    x2 = x.detach().clone().requires_grad_(True)
+    w2 = w.detach().clone().requires_grad_(True)
+    y2 = float8_blockwise_grouped_linear(x2, w2, torch.tensor(offsets, dtype=torch.int64, device=dev))
+    y2.backward(dy)
+    synchronize()
+    check(torch.equal(y2, y) and torch.equal(x2.grad, x.grad) and torch.equal(w2.grad, w.grad),
+          "grouped linear: offsets as a tensor differ from a list")
 
 
 def test_library_linear(gen):
