@@ -22,6 +22,10 @@
 
 #include "test_util.h"
 
+#if defined(BFP8_WITH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
 static bfp8_context *host; /* quantizes the operands */
 static bfp8_context *ctx;  /* the backend under test */
 
@@ -326,6 +330,67 @@ static void bad_input(void) {
     operand_free(&bt);
 }
 
+#if defined(BFP8_WITH_CUDA)
+/* Both grouped GEMMs with device offsets captured into a CUDA graph after
+ * one uncaptured call (which makes the context's table), replayed: the bits
+ * of the uncaptured call every time. */
+static void check_graph_capture(uint64_t seed) {
+    static const int64_t sizes[] = {384, 0, 640, 256};
+    int64_t *offsets = offsets_of(sizes, 4);
+    int64_t *dev = device_offsets(offsets, 4);
+    operand x, w, dyt, xt;
+    operand_make(&x, 1280, 512, BFP8_GRAN_1X128, seed);
+    operand_make(&w, 4 * 256, 512, BFP8_GRAN_128X128, seed + 1);
+    operand_make(&dyt, 256, 1280, BFP8_GRAN_1X128, seed + 2);
+    operand_make(&xt, 384, 1280, BFP8_GRAN_1X128, seed + 3);
+    bfp8_matrix y = output_make(1280, 256, BFP8_BF16), dw = output_make(4 * 256, 384, BFP8_F32);
+    const size_t y_bytes = (size_t)(y.rows * y.ld) * 2, dw_bytes = (size_t)(dw.rows * dw.ld) * 4;
+    unsigned char *want_y = test_malloc(y_bytes), *want_dw = test_malloc(dw_bytes);
+    unsigned char *got_y = test_malloc(y_bytes), *got_dw = test_malloc(dw_bytes);
+    cudaStream_t stream = NULL;
+    CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) == cudaSuccess, "cudaStreamCreate");
+    CHECK_OK(bfp8_context_set_stream(ctx, stream));
+    poison(&y);
+    poison(&dw); /* (the padding of each row too: compared below) */
+    CHECK_OK(bfp8_gemm_1d2d_grouped_device_offsets(ctx, &x.dev, &w.dev, dev, 4, &y));
+    CHECK_OK(bfp8_gemm_1d1d_grouped_device_offsets(ctx, &dyt.dev, &xt.dev, dev, 4, NULL, &dw));
+    CHECK_OK(bfp8_context_synchronize(ctx));
+    bfp8_copy_to_host(ctx, want_y, y.data, y_bytes);
+    bfp8_copy_to_host(ctx, want_dw, dw.data, dw_bytes);
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal) == cudaSuccess, "begin capture");
+    CHECK_OK(bfp8_gemm_1d2d_grouped_device_offsets(ctx, &x.dev, &w.dev, dev, 4, &y));
+    CHECK_OK(bfp8_gemm_1d1d_grouped_device_offsets(ctx, &dyt.dev, &xt.dev, dev, 4, NULL, &dw));
+    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
+    CHECK(end == cudaSuccess, "the capture broke: %s", cudaGetErrorString(end));
+    if (end == cudaSuccess && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess) {
+        for (int replay = 0; replay < 2; ++replay) {
+            poison(&y);
+            poison(&dw);
+            CHECK(cudaGraphLaunch(exec, stream) == cudaSuccess && cudaStreamSynchronize(stream) == cudaSuccess,
+                  "replay the graph");
+            bfp8_copy_to_host(ctx, got_y, y.data, y_bytes);
+            bfp8_copy_to_host(ctx, got_dw, dw.data, dw_bytes);
+            CHECK(memcmp(want_y, got_y, y_bytes) == 0, "replay %d: the captured 1D2D differs from the uncaptured one",
+                  replay);
+            CHECK(memcmp(want_dw, got_dw, dw_bytes) == 0, "replay %d: the captured 1D1D differs from the uncaptured one",
+                  replay);
+        }
+        cudaGraphExecDestroy(exec);
+    } else {
+        CHECK(0, "instantiate the graph");
+    }
+    if (graph) cudaGraphDestroy(graph);
+    CHECK_OK(bfp8_context_set_stream(ctx, NULL));
+    cudaStreamDestroy(stream);
+    printf("  checked graph capture of both grouped GEMMs with device offsets\n");
+    free(want_y), free(want_dw), free(got_y), free(got_dw), free(offsets);
+    bfp8_free(ctx, dev), bfp8_free(ctx, y.data), bfp8_free(ctx, dw.data);
+    operand_free(&x), operand_free(&w), operand_free(&dyt), operand_free(&xt);
+}
+#endif
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const int cuda = argc > 1 && !strcmp(argv[1], "cuda");
@@ -378,6 +443,9 @@ int main(int argc, char **argv) {
         case_1d1d(bad_sizes, 4, 100, 256, 136, BFP8_F32, 2, seed++, bad_raw);
     }
     bad_input();
+#if defined(BFP8_WITH_CUDA)
+    if (cuda) check_graph_capture(seed++);
+#endif
 
     bfp8_context_destroy(ctx);
     bfp8_context_destroy(host);
