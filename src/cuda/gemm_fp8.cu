@@ -610,9 +610,11 @@ Config grouped_config() {
  * by the waves of tiles each needs times its measured speed (as
  * choose_config). 192-row tiles end past a group whose rows are not a
  * multiple of 192: the rows computed there are not stored, and count.
- * BFP8_GEMM_CONFIG's bm= / bn= force one. A grouped 1D1D always runs
- * 192 x 128 tiles, the fastest 1D1D configuration (CANDIDATE_SPEED). */
-void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, const bfp8_context *ctx, Config *c) {
+ * rows_128: 128-row tiles only. BFP8_GEMM_CONFIG's bm= / bn= force one.
+ * A grouped 1D1D always runs 192 x 128 tiles, the fastest 1D1D
+ * configuration (CANDIDATE_SPEED). */
+void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, bool rows_128, const bfp8_context *ctx,
+                       Config *c) {
     struct Option {
         int bm, bn, slots;
         double speed;
@@ -626,7 +628,7 @@ void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, const 
     };
     double best = INFINITY;
     for (const Option &o : options) {
-        if (o.slots < 1) continue;
+        if (o.slots < 1 || (rows_128 && o.bm != 128)) continue;
         const int64_t tiles = grouped_m_tiles(offsets, num_groups, o.bm) * bfp8_ceil_div(n, o.bn);
         const double time = (double)bfp8_ceil_div(tiles, o.slots) * o.bm * o.bn / o.speed;
         if (time < best) {
@@ -636,7 +638,7 @@ void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, const 
         }
     }
     if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
-        if (strstr(forced, "bm=192")) c->bm = 192, c->bn = 128;
+        if (strstr(forced, "bm=192") && !rows_128) c->bm = 192, c->bn = 128;
         else if (strstr(forced, "bn=192")) c->bm = 128, c->bn = 192;
         else if (strstr(forced, "bn=128")) c->bm = 128, c->bn = 128;
     }
@@ -708,10 +710,9 @@ bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
     Config c = grouped_config();
     if (offsets_on_backend) { /* 128-row tiles: the groups' sizes are not known here */
         const int64_t one_group[2] = {0, rows};
-        grouped_1d2d_tile(one_group, 1, p.n, ctx, &c);
-        c.bm = 128;
+        grouped_1d2d_tile(one_group, 1, p.n, true, ctx, &c);
     } else {
-        grouped_1d2d_tile(group_offsets, num_groups, p.n, ctx, &c);
+        grouped_1d2d_tile(group_offsets, num_groups, p.n, false, ctx, &c);
     }
     const int64_t m_tiles = offsets_on_backend ? rows / 128 : grouped_m_tiles(group_offsets, num_groups, c.bm);
     BFP8_TRY(make_group_table(ctx, group_offsets, num_groups, a->rows, offsets_on_backend, true, c.bm,
