@@ -25,7 +25,8 @@ import torch
 
 import blockfp8 as _bf
 
-__all__ = ["Float8BlockwiseLinear", "float8_blockwise_linear", "float8_blockwise_grouped_linear"]
+__all__ = ["Float8BlockwiseLinear", "Float8BlockwiseGroupedLinear", "float8_blockwise_linear",
+           "float8_blockwise_grouped_linear"]
 
 _RECIPES = ("fp8-blockwise", "fp8-blockwise-bf16wgrad")
 
@@ -191,3 +192,29 @@ class Float8BlockwiseLinear(torch.nn.Module):
     def extra_repr(self):
         return "in_features=%d, out_features=%d, bias=%s, recipe=%s" % (
             self.in_features, self.out_features, self.bias is not None, self.recipe)
+
+
+class Float8BlockwiseGroupedLinear(torch.nn.Module):
+    """The experts of a mixture-of-experts layer: num_experts bias-free
+    linear layers (weight: experts x out x in, each out and in a multiple of
+    128) run together with the grouped FP8 GEMMs. forward(x, offsets): x is
+    tokens x in, sorted by expert; offsets are the G + 1 expert boundaries
+    (multiples of 128; a list, or an int64 tensor on x's device)."""
+
+    def __init__(self, num_experts, in_features, out_features, pow2_scales=False, device=None, dtype=torch.float32):
+        super().__init__()
+        if in_features % 128 or out_features % 128:
+            raise ValueError("blockfp8: grouped experts need in and out features that are multiples of 128")
+        self.num_experts, self.in_features, self.out_features = num_experts, in_features, out_features
+        self.pow2_scales = pow2_scales
+        self.weight = torch.nn.Parameter(torch.empty(num_experts, out_features, in_features, device=device,
+                                                     dtype=dtype))
+        for w in self.weight.data:
+            torch.nn.init.kaiming_uniform_(w, a=5 ** 0.5)
+
+    def forward(self, x, offsets):
+        return float8_blockwise_grouped_linear(x, self.weight, offsets, self.pow2_scales)
+
+    def extra_repr(self):
+        return "num_experts=%d, in_features=%d, out_features=%d" % (
+            self.num_experts, self.in_features, self.out_features)

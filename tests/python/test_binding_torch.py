@@ -256,6 +256,21 @@ def test_grouped(gen):
     synchronize()
     check(torch.equal(y2, y) and torch.equal(x2.grad, x.grad) and torch.equal(w2.grad, w.grad),
           "grouped linear: offsets as a tensor differ from a list")
+    # the module: its weight, the same function
+    from blockfp8.torch import Float8BlockwiseGroupedLinear
+    experts = Float8BlockwiseGroupedLinear(3, k, n, device=dev)
+    with torch.no_grad():
+        experts.weight.copy_(w.detach())
+    y3 = experts(x.detach(), offsets)
+    y3.backward(dy)
+    synchronize()
+    check(torch.equal(y3, y) and torch.equal(experts.weight.grad, w.grad),
+          "Float8BlockwiseGroupedLinear differs from float8_blockwise_grouped_linear")
+    try:
+        Float8BlockwiseGroupedLinear(2, 100, 128)
+        check(False, "Float8BlockwiseGroupedLinear with 100 in_features: no error")
+    except ValueError:
+        check(True, "")
 
 
 def test_library_linear(gen):
