@@ -1,6 +1,8 @@
 /*
  * model.c - the decoder: parameter layout, initialisation, forward and
- * backward on the CPU, the linear layers through model_linear.
+ * backward with the operations of the context's backend (model_ops.h: the
+ * CPU references or their CUDA twins), the linear layers through
+ * model_linear.
  */
 #include "model/model.h"
 
@@ -11,13 +13,8 @@
 
 #include "internal.h"
 #include "model/attention.h"
-#include "model/cross_entropy.h"
-#include "model/embedding.h"
-#include "model/matmul.h"
-#include "model/rmsnorm.h"
 #include "model/rng.h"
 #include "model/rope.h"
-#include "model/swiglu.h"
 
 enum { LINEARS_PER_BLOCK = 4 };
 
@@ -82,6 +79,8 @@ static void plan_activations(model *m, arena_plan *a) {
     act->grad_residual = take_floats(a, M * D);
     act->attn_scratch = take_floats(a, attention_scratch_floats(B, T, c->n_heads, D / c->n_heads));
     act->head_t = take_floats(a, D * V);
+    act->tokens = arena_take(a, (size_t)M * sizeof(int32_t));
+    act->targets = arena_take(a, (size_t)M * sizeof(int32_t));
     m->linear_scratch.in_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
     m->linear_scratch.out_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
     m->linear_scratch.weight_t = take_floats(a, D * W > F * D ? D * W : F * D);
@@ -175,6 +174,12 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
     m->config = *config;
     m->options = *options;
     m->ctx = ctx;
+    m->ops = model_ops_for(ctx);
+    if (!m->ops) {
+        free(m);
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "model_create: this build has no model operations for "
+                                               "the context's backend");
+    }
     const int L = config->n_layers;
     layout_params(m); /* counts the tensors */
     m->tensors = calloc((size_t)m->num_tensors, sizeof *m->tensors);
@@ -205,7 +210,11 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
     m->adam_m = m->grads + P;
     m->adam_v = m->adam_m + P;
     m->nonfinite_flags = (uint32_t *)(m->adam_v + P);
-    memset(m->param_arena, 0, model_param_arena_bytes(m));
+    st = bfp8_memset_zero(ctx, m->param_arena, model_param_arena_bytes(m));
+    if (st != BFP8_OK) {
+        model_destroy(m);
+        return st;
+    }
 
     const size_t act_bytes = model_activation_arena_bytes(m);
     st = bfp8_malloc(ctx, &m->act_arena, act_bytes);
@@ -219,8 +228,21 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
     }
     arena_plan plan = {m->act_arena, 0};
     plan_activations(m, &plan);
-    rope_tables(m->rope_cos, m->rope_sin, config->max_seq, config->dim / config->n_heads,
-                config->rope_theta);
+    /* the RoPE tables, made on the host */
+    const size_t half = (size_t)config->max_seq * (size_t)(config->dim / config->n_heads / 2);
+    float *tables = malloc(2 * half * sizeof *tables);
+    if (!tables) {
+        model_destroy(m);
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "model_create: out of memory");
+    }
+    rope_tables(tables, tables + half, config->max_seq, config->dim / config->n_heads, config->rope_theta);
+    st = bfp8_copy_to_backend(ctx, m->rope_cos, tables, half * sizeof *tables);
+    if (st == BFP8_OK) st = bfp8_copy_to_backend(ctx, m->rope_sin, tables + half, half * sizeof *tables);
+    free(tables);
+    if (st != BFP8_OK) {
+        model_destroy(m);
+        return st;
+    }
 
     /* Point the named parameters and the linear layers into the arena. */
     int t = 0;
@@ -304,9 +326,11 @@ bfp8_status model_sync_weights(model *m) {
 bfp8_status model_init_weights(model *m, uint64_t seed) {
     rng_state rng = rng_seeded(seed);
     const float std = 0.02f, residual_std = std / sqrtf(2.0f * (float)m->config.n_layers);
+    float *params = malloc(m->num_params * sizeof *params); /* made on the host */
+    if (!params) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "model_init_weights: out of memory");
     for (int i = 0; i < m->num_tensors; ++i) {
         const model_tensor *t = &m->tensors[i];
-        float *w = m->params + t->offset;
+        float *w = params + t->offset;
         const size_t len = strlen(t->name);
         if (!t->weight_decay) { /* a norm */
             for (size_t k = 0; k < t->count; ++k) w[k] = 1.0f;
@@ -317,16 +341,62 @@ bfp8_status model_init_weights(model *m, uint64_t seed) {
         const float s = residual ? residual_std : std;
         for (size_t k = 0; k < t->count; ++k) w[k] = s * rng_normal(&rng);
     }
-    memset(m->adam_m, 0, 2 * m->num_params * sizeof(float));
+    bfp8_status st = bfp8_copy_to_backend(m->ctx, m->params, params, m->num_params * sizeof *params);
+    free(params);
+    BFP8_TRY(st);
+    BFP8_TRY(bfp8_memset_zero(m->ctx, m->adam_m, 2 * m->num_params * sizeof(float)));
     return model_sync_weights(m);
+}
+
+bfp8_status model_copy_state(const model *m, float *params, float *adam_m, float *adam_v) {
+    const size_t bytes = m->num_params * sizeof(float);
+    if (params) BFP8_TRY(bfp8_copy_to_host(m->ctx, params, m->params, bytes));
+    if (adam_m) BFP8_TRY(bfp8_copy_to_host(m->ctx, adam_m, m->adam_m, bytes));
+    if (adam_v) BFP8_TRY(bfp8_copy_to_host(m->ctx, adam_v, m->adam_v, bytes));
+    return BFP8_OK;
+}
+
+bfp8_status model_load_state(model *m, const float *params, const float *adam_m, const float *adam_v) {
+    const size_t bytes = m->num_params * sizeof(float);
+    if (params) BFP8_TRY(bfp8_copy_to_backend(m->ctx, m->params, params, bytes));
+    if (adam_m) BFP8_TRY(bfp8_copy_to_backend(m->ctx, m->adam_m, adam_m, bytes));
+    if (adam_v) BFP8_TRY(bfp8_copy_to_backend(m->ctx, m->adam_v, adam_v, bytes));
+    return model_sync_weights(m);
+}
+
+bfp8_status model_set_param(model *m, size_t index, float value) {
+    if (index >= m->num_params)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_set_param: index %zu of %zu", index, m->num_params);
+    return bfp8_copy_to_backend(m->ctx, m->params + index, &value, sizeof value);
+}
+
+/* A CUDA op's kept failure, if any (the CPU references cannot fail). */
+static bfp8_status ops_status(const model *m) {
+#if defined(BFP8_WITH_CUDA)
+    if (m->ops != &model_ops_cpu) return model_cuda_status();
+#else
+    (void)m;
+#endif
+    return BFP8_OK;
+}
+
+bfp8_status model_adamw_step(model *m, const adamw_hparams *h, float grad_scale, int64_t step) {
+    for (int i = 0; i < m->num_tensors; ++i) {
+        const model_tensor *t = &m->tensors[i];
+        m->ops->adamw_update(m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
+                             m->adam_v + t->offset, t->count, h, grad_scale, step, t->weight_decay);
+    }
+    BFP8_TRY(ops_status(m));
+    return model_sync_weights(m);
+}
+
+bfp8_status model_gradient_norm(model *m, double *norm) {
+    *norm = m->ops->gradient_global_norm(m->grads, m->num_params);
+    return ops_status(m);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Forward and backward */
-
-static void copy_floats(float *dst, const float *src, int64_t n) {
-    memcpy(dst, src, (size_t)n * sizeof *dst);
-}
 
 bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *targets, int64_t batch,
                           int64_t seq, double *loss) {
@@ -344,31 +414,35 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
                              (long long)V, (long long)i);
     model_activations *a = &m->act;
     const model_linear_scratch *s = &m->linear_scratch;
+    const model_ops *ops = m->ops;
     m->last_batch = batch;
     m->last_seq = seq;
+    BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->tokens, tokens, (size_t)M * sizeof *tokens));
+    if (targets) BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->targets, targets, (size_t)M * sizeof *targets));
 
-    embedding_forward(a->residual[0], tokens, m->tok_emb, M, D);
+    ops->embedding_forward(a->residual[0], a->tokens, m->tok_emb, M, D);
     for (int l = 0; l < c->n_layers; ++l) {
         model_block *blk = &m->blocks[l];
-        rmsnorm_forward(a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
+        ops->rmsnorm_forward(a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
         BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], 0));
-        rope_forward(a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        rope_forward(a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        attention_forward(a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
-        copy_floats(a->residual_mid[l], a->residual[l], M * D);
+        ops->rope_forward(a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        ops->rope_forward(a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        ops->attention_forward(a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
+        ops->copy_f32(a->residual_mid[l], a->residual[l], M * D);
         BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], 1));
-        rmsnorm_forward(a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
+        ops->rmsnorm_forward(a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D,
+                             c->norm_eps);
         BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], 0));
-        swiglu_forward(a->work_in, a->gate_up[l], M, F);
-        copy_floats(a->residual[l + 1], a->residual_mid[l], M * D);
+        ops->swiglu_forward(a->work_in, a->gate_up[l], M, F);
+        ops->copy_f32(a->residual[l + 1], a->residual_mid[l], M * D);
         BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], 1));
     }
-    rmsnorm_forward(a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D,
-                    c->norm_eps);
-    transpose_f32(a->head_t, m->head, V, D);
-    matmul_f32(a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
-    if (targets && loss) *loss = cross_entropy_forward(a->row_losses, a->logits, targets, M, V);
-    return BFP8_OK;
+    ops->rmsnorm_forward(a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D,
+                         c->norm_eps);
+    ops->transpose_f32(a->head_t, m->head, V, D);
+    ops->matmul_f32(a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
+    if (targets && loss) *loss = ops->cross_entropy_forward(a->row_losses, a->logits, a->targets, M, V);
+    return ops_status(m);
 }
 
 bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
@@ -379,40 +453,52 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     if (M == 0) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_backward: no forward before it");
     model_activations *a = &m->act;
     const model_linear_scratch *s = &m->linear_scratch;
-    if (!accumulate) memset(m->grads, 0, m->num_params * sizeof(float));
+    const model_ops *ops = m->ops;
+    /* (the forward keeps its ids in backend memory; these are the same ids) */
+    BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->tokens, tokens, (size_t)M * sizeof *tokens));
+    BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->targets, targets, (size_t)M * sizeof *targets));
+    if (!accumulate) ops->zero_f32(m->grads, (int64_t)m->num_params);
 
     float *dlogits = a->logits;
-    cross_entropy_backward(dlogits, a->logits, targets, M, V, loss_scale / (float)M);
-    matmul_f32(m->d_head, D, dlogits, V, 1, a->final_out, D, V, D, M, 1);
-    matmul_f32(a->grad_a, D, dlogits, V, 0, m->head, D, M, D, V, 0);
+    ops->cross_entropy_backward(dlogits, a->logits, a->targets, M, V, loss_scale / (float)M);
+    ops->matmul_f32(m->d_head, D, dlogits, V, 1, a->final_out, D, V, D, M, 1);
+    ops->matmul_f32(a->grad_a, D, dlogits, V, 0, m->head, D, M, D, V, 0);
     float *dres = a->grad_residual;
-    memset(dres, 0, (size_t)(M * D) * sizeof *dres);
-    rmsnorm_backward(dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm,
-                     a->final_rstd, M, D);
+    ops->zero_f32(dres, M * D);
+    ops->rmsnorm_backward(dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm,
+                          a->final_rstd, M, D);
     for (int l = c->n_layers - 1; l >= 0; --l) {
         model_block *blk = &m->blocks[l];
         /* dres: the gradient of the block's output */
         BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
-        swiglu_backward(a->grad_b, a->grad_a, a->gate_up[l], M, F);
+        ops->swiglu_backward(a->grad_b, a->grad_a, a->gate_up[l], M, F);
         BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
-        rmsnorm_backward(dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
-                         a->mlp_rstd[l], M, D);
+        ops->rmsnorm_backward(dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
+                              a->mlp_rstd[l], M, D);
         /* dres: the gradient of residual_mid */
         BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, a->grad_a, accumulate));
-        attention_backward(a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch,
-                           seq, H, hd);
-        rope_backward(a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        rope_backward(a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        ops->attention_backward(a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch,
+                                seq, H, hd);
+        ops->rope_backward(a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        ops->rope_backward(a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         BFP8_TRY(model_linear_backward(&blk->qkv, s, a->grad_b, M, a->grad_a, accumulate));
-        rmsnorm_backward(dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm,
-                         a->attn_rstd[l], M, D);
+        ops->rmsnorm_backward(dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm,
+                              a->attn_rstd[l], M, D);
     }
-    embedding_backward(m->d_tok_emb, dres, tokens, M, D);
+    ops->embedding_backward(m->d_tok_emb, dres, a->tokens, M, D);
     m->last_batch = m->last_seq = 0; /* the logits are gone */
-    return BFP8_OK;
+    return ops_status(m);
 }
 
 const float *model_logits(const model *m) { return m->act.logits; }
+
+bfp8_status model_logits_row(const model *m, int64_t row, float *host_dst) {
+    const int64_t V = m->config.vocab_size;
+    if (row < 0 || row >= m->last_batch * m->last_seq)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_logits_row: row %lld of %lld", (long long)row,
+                         (long long)(m->last_batch * m->last_seq));
+    return bfp8_copy_to_host(m->ctx, host_dst, m->act.logits + row * V, (size_t)V * sizeof *host_dst);
+}
 
 /* ------------------------------------------------------------------------ */
 /* Non-finite values in quantized tensors */

@@ -1,5 +1,6 @@
 /*
- * model.h - a Llama-style decoder on the CPU: token embedding, n_layers x
+ * model.h - a Llama-style decoder, on the CPU or a CUDA device (the backend of
+ * its context: model_ops.h): token embedding, n_layers x
  * [RMSNorm, qkv linear, RoPE, causal attention, out linear, residual,
  *  RMSNorm, gate|up linear, SwiGLU, down linear, residual],
  * final RMSNorm and an untied output head.
@@ -8,7 +9,9 @@
  * chosen recipe; embedding, norms, attention, head and loss stay fp32.
  * Parameters, gradients and AdamW moments live in one arena allocated at
  * creation, activations in a second one sized for max_batch x max_seq:
- * forward and backward allocate nothing.
+ * forward and backward allocate nothing. Both arenas are the context's
+ * backend memory (device memory for CUDA): read and write them through
+ * model_copy_state / model_load_state and bfp8_copy_to_host, not directly.
  */
 #ifndef BFP8_MODEL_MODEL_H
 #define BFP8_MODEL_MODEL_H
@@ -19,6 +22,7 @@
 #include "blockfp8.h"
 #include "model/model_config.h"
 #include "model/model_linear.h"
+#include "model/model_ops.h"
 
 typedef struct model_options {
     bfp8_recipe recipe;
@@ -57,12 +61,14 @@ typedef struct model_activations {
     float *grad_residual;  /* tokens x dim */
     float *attn_scratch;   /* attention_scratch_floats() */
     float *head_t;         /* dim x vocab (the head, transposed) */
+    int32_t *tokens, *targets; /* tokens: the last forward's ids, in backend memory */
 } model_activations;
 
 typedef struct model {
     model_config config;
     model_options options;
     bfp8_context *ctx;
+    const model_ops *ops; /* the context's backend */
 
     size_t num_params;
     float *params, *grads, *adam_m, *adam_v; /* each num_params, one arena */
@@ -108,8 +114,25 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
 bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
                            float loss_scale, int accumulate);
 
-/* Logits of the last forward: batch*seq rows of vocab_size (before backward). */
+/* Logits of the last forward: batch*seq rows of vocab_size (before backward),
+ * in backend memory. */
 const float *model_logits(const model *m);
+/* Row `row` of the last forward's logits (vocab_size floats) into host memory. */
+bfp8_status model_logits_row(const model *m, int64_t row, float *host_dst);
+
+/* The fp32 parameters and AdamW moments, each num_params floats, between the
+ * model's arena and host memory (any of the three pointers may be NULL: not
+ * copied). model_load_state then re-syncs the linear layers' weights. */
+bfp8_status model_copy_state(const model *m, float *params, float *adam_m, float *adam_v);
+bfp8_status model_load_state(model *m, const float *params, const float *adam_m, const float *adam_v);
+/* Set one parameter (index into the arena): test hooks. */
+bfp8_status model_set_param(model *m, size_t index, float value);
+
+/* One AdamW step over every parameter tensor (decay per tensor), gradients
+ * scaled by grad_scale first; then the linear layers take the new weights. */
+bfp8_status model_adamw_step(model *m, const adamw_hparams *h, float grad_scale, int64_t step);
+/* The global L2 norm of the gradients. */
+bfp8_status model_gradient_norm(model *m, double *norm);
 
 /* The non-finite flags of every linear layer: BFP8_ERR_NONFINITE with a
  * message naming the first layer and tensor that held a NaN or Inf. */

@@ -1,31 +1,14 @@
 /*
  * model_linear.c - a model linear layer over bfp8_linear, converting fp32 to
- * bf16 on the way in and back on the way out.
+ * bf16 on the way in and back on the way out, with the operations of the
+ * context's backend (model_ops.h).
  */
 #include "model/model_linear.h"
-#include "model/parallel.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "formats/formats.h"
 #include "internal.h"
-#include "model/matmul.h"
-
-static void to_bf16(uint16_t *dst, const float *src, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
-    for (int64_t i = 0; i < n; ++i) dst[i] = bfp8_encode_bf16(src[i]);
-}
-
-static void from_bf16(float *dst, const uint16_t *src, int64_t n, int add) {
-    if (add) {
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
-        for (int64_t i = 0; i < n; ++i) dst[i] += bfp8_decode_bf16(src[i]);
-    } else {
-#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
-        for (int64_t i = 0; i < n; ++i) dst[i] = bfp8_decode_bf16(src[i]);
-    }
-}
 
 size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, int exact) {
     return (size_t)(in_features * max_tokens) * (exact ? sizeof(float) : sizeof(uint16_t));
@@ -46,6 +29,9 @@ bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *na
     l->grad = grad;
     l->nonfinite_flags = nonfinite_flags;
     l->saved_input = saved_input;
+    l->ops = model_ops_for(ctx);
+    if (!l->ops)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "model_linear_init: no model operations for this backend");
     if (exact) return BFP8_OK;
     const bfp8_linear_config cfg = {.in_features = in_features,
                                     .out_features = out_features,
@@ -73,15 +59,15 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
                          (long long)tokens, (long long)l->max_tokens);
     if (l->exact) {
         float *x_saved = l->saved_input;
-        memcpy(x_saved, x, (size_t)(tokens * K) * sizeof *x_saved);
-        transpose_f32(s->weight_t, l->weight, N, K);
-        matmul_f32(y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, add_to_output);
+        l->ops->copy_f32(x_saved, x, tokens * K);
+        l->ops->transpose_f32(s->weight_t, l->weight, N, K);
+        l->ops->matmul_f32(y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, add_to_output);
         return BFP8_OK;
     }
     uint16_t *x_bf16 = l->saved_input;
-    to_bf16(x_bf16, x, tokens * K);
+    l->ops->f32_to_bf16(x_bf16, x, tokens * K);
     BFP8_TRY(bfp8_linear_forward(l->lin, x_bf16, tokens, s->out_bf16));
-    from_bf16(y, s->out_bf16, tokens * N, add_to_output);
+    l->ops->bf16_to_f32(y, s->out_bf16, tokens * N, add_to_output);
     return BFP8_OK;
 }
 
@@ -89,12 +75,12 @@ bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s
                                   int64_t tokens, float *dx, int accumulate) {
     const int64_t K = l->in_features, N = l->out_features;
     if (l->exact) {
-        matmul_f32(dx, K, dy, N, 0, l->weight, K, tokens, K, N, 0);
-        matmul_f32(l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
+        l->ops->matmul_f32(dx, K, dy, N, 0, l->weight, K, tokens, K, N, 0);
+        l->ops->matmul_f32(l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
         return BFP8_OK;
     }
-    to_bf16(s->out_bf16, dy, tokens * N);
+    l->ops->f32_to_bf16(s->out_bf16, dy, tokens * N);
     BFP8_TRY(bfp8_linear_backward(l->lin, s->out_bf16, s->in_bf16, l->grad, accumulate));
-    from_bf16(dx, s->in_bf16, tokens * K, 0);
+    l->ops->bf16_to_f32(dx, s->in_bf16, tokens * K, 0);
     return BFP8_OK;
 }

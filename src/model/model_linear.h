@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "blockfp8.h"
+#include "model/model_ops.h"
 
 typedef struct model_linear {
     char name[32];  /* e.g. "attn.qkv" */
@@ -23,6 +24,7 @@ typedef struct model_linear {
     uint32_t *nonfinite_flags; /* BFP8_LINEAR_NUM_FLAGS, backend memory */
     void *saved_input;         /* the last forward's input: bf16, or f32 when exact */
     bfp8_linear *lin;          /* NULL when exact */
+    const model_ops *ops;      /* the context's backend: conversions, exact-mode products */
 } model_linear;
 
 /* Shared scratch, sized for the widest layer and max_tokens. */

@@ -1,0 +1,102 @@
+/*
+ * model_ops.c - the table of CPU references (model_ops.h), the small
+ * helpers only the table needs (copies, bf16 conversions), and the choice of
+ * table by a context's backend.
+ */
+#include "model/model_ops.h"
+#include "model/parallel.h"
+
+#include <string.h>
+
+#include "formats/formats.h"
+#include "internal.h"
+#include "model/attention.h"
+#include "model/cross_entropy.h"
+#include "model/embedding.h"
+#include "model/matmul.h"
+#include "model/rmsnorm.h"
+#include "model/rope.h"
+#include "model/swiglu.h"
+
+static void copy_f32_cpu(float *dst, const float *src, int64_t n) {
+    if (n > 0) memcpy(dst, src, (size_t)n * sizeof *dst);
+}
+
+static void zero_f32_cpu(float *dst, int64_t n) {
+    if (n > 0) memset(dst, 0, (size_t)n * sizeof *dst);
+}
+
+static void f32_to_bf16_cpu(uint16_t *dst, const float *src, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
+    for (int64_t i = 0; i < n; ++i) dst[i] = bfp8_encode_bf16(src[i]);
+}
+
+static void bf16_to_f32_cpu(float *dst, const uint16_t *src, int64_t n, int add) {
+    if (add) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
+        for (int64_t i = 0; i < n; ++i) dst[i] += bfp8_decode_bf16(src[i]);
+    } else {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
+        for (int64_t i = 0; i < n; ++i) dst[i] = bfp8_decode_bf16(src[i]);
+    }
+}
+
+const model_ops model_ops_cpu = {
+    .name = "cpu",
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
+    .rope_forward = rope_forward,
+    .rope_backward = rope_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
+    .cross_entropy_forward = cross_entropy_forward,
+    .cross_entropy_backward = cross_entropy_backward,
+    .matmul_f32 = matmul_f32,
+    .transpose_f32 = transpose_f32,
+    .adamw_update = adamw_update,
+    .gradient_global_norm = gradient_global_norm,
+    .copy_f32 = copy_f32_cpu,
+    .zero_f32 = zero_f32_cpu,
+    .f32_to_bf16 = f32_to_bf16_cpu,
+    .bf16_to_f32 = bf16_to_f32_cpu,
+};
+
+#if defined(BFP8_WITH_CUDA)
+static const model_ops model_ops_cuda_table = {
+    .name = "cuda",
+    .embedding_forward = embedding_forward_cuda,
+    .embedding_backward = embedding_backward_cuda,
+    .rmsnorm_forward = rmsnorm_forward_cuda,
+    .rmsnorm_backward = rmsnorm_backward_cuda,
+    .rope_forward = rope_forward_cuda,
+    .rope_backward = rope_backward_cuda,
+    .attention_forward = attention_forward_cuda,
+    .attention_backward = attention_backward_cuda,
+    .swiglu_forward = swiglu_forward_cuda,
+    .swiglu_backward = swiglu_backward_cuda,
+    .cross_entropy_forward = cross_entropy_forward_cuda,
+    .cross_entropy_backward = cross_entropy_backward_cuda,
+    .matmul_f32 = matmul_f32_cuda,
+    .transpose_f32 = transpose_f32_cuda,
+    .adamw_update = adamw_update_cuda,
+    .gradient_global_norm = gradient_global_norm_cuda,
+    .copy_f32 = copy_f32_cuda,
+    .zero_f32 = zero_f32_cuda,
+    .f32_to_bf16 = f32_to_bf16_cuda,
+    .bf16_to_f32 = bf16_to_f32_cuda,
+};
+#endif
+
+const model_ops *model_ops_for(const bfp8_context *ctx) {
+    if (bfp8_context_backend(ctx) == BFP8_BACKEND_CPU) return &model_ops_cpu;
+#if defined(BFP8_WITH_CUDA)
+    model_cuda_set_stream(ctx->stream);
+    return &model_ops_cuda_table;
+#else
+    return NULL;
+#endif
+}
