@@ -79,11 +79,30 @@ bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const
     atomic_file_write(&f, header, sizeof header);
     const size_t bytes = m->num_params * sizeof(float);
     const float *parts[3] = {m->params, m->adam_m, m->adam_v};
+    /* device memory goes through one host buffer, a part at a time */
+    const int on_host = bfp8_context_backend(m->ctx) == BFP8_BACKEND_CPU;
+    float *staging = on_host ? NULL : malloc(bytes);
+    if (!on_host && !staging) {
+        atomic_file_abort(&f);
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+    }
     uint32_t crc = 0;
     for (int i = 0; i < 3; ++i) {
-        atomic_file_write(&f, parts[i], bytes);
-        crc = crc32_update(crc, parts[i], bytes);
+        const float *part = parts[i];
+        if (!on_host) {
+            const bfp8_status st = model_copy_state(m, i == 0 ? staging : NULL, i == 1 ? staging : NULL,
+                                                    i == 2 ? staging : NULL);
+            if (st != BFP8_OK) {
+                free(staging);
+                atomic_file_abort(&f);
+                return st;
+            }
+            part = staging;
+        }
+        atomic_file_write(&f, part, bytes);
+        crc = crc32_update(crc, part, bytes);
     }
+    free(staging);
     uint8_t tail[4];
     put_u32(tail, crc);
     atomic_file_write(&f, tail, sizeof tail);
@@ -153,10 +172,7 @@ bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m) {
     fclose(fp);
     if (st == BFP8_OK) {
         const size_t n = m->num_params;
-        memcpy(m->params, staging, n * sizeof(float));
-        memcpy(m->adam_m, staging + n, n * sizeof(float));
-        memcpy(m->adam_v, staging + 2 * n, n * sizeof(float));
-        st = model_sync_weights(m);
+        st = model_load_state(m, staging, staging + n, staging + 2 * n);
     }
     free(staging);
     return st;

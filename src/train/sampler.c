@@ -45,8 +45,9 @@ bfp8_status sample_generate(model *m, const int32_t *prompt, size_t prompt_len,
     const size_t capacity = prompt_len + (size_t)o->max_new_tokens;
     int32_t *context = malloc(capacity * sizeof *context);
     scored_token *scratch = malloc((size_t)vocab * sizeof *scratch);
-    if (!context || !scratch) {
-        free(context), free(scratch);
+    float *last = malloc((size_t)vocab * sizeof *last); /* the last position's logits, on the host */
+    if (!context || !scratch || !last) {
+        free(context), free(scratch), free(last);
         return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "sample: out of memory");
     }
     memcpy(context, prompt, prompt_len * sizeof *context);
@@ -55,8 +56,8 @@ bfp8_status sample_generate(model *m, const int32_t *prompt, size_t prompt_len,
     for (int64_t t = 0; t < o->max_new_tokens && st == BFP8_OK; ++t) {
         const int64_t n = (int64_t)len < window ? (int64_t)len : window;
         st = model_forward(m, context + len - (size_t)n, NULL, 1, n, NULL);
+        if (st == BFP8_OK) st = model_logits_row(m, n - 1, last);
         if (st != BFP8_OK) break;
-        const float *last = model_logits(m) + (n - 1) * vocab;
         if (!isfinite(last[0])) {
             st = bfp8_fail(BFP8_ERR_NONFINITE, "sample: the model produced non-finite logits");
             break;
@@ -67,5 +68,6 @@ bfp8_status sample_generate(model *m, const int32_t *prompt, size_t prompt_len,
     }
     free(context);
     free(scratch);
+    free(last);
     return st;
 }

@@ -181,10 +181,21 @@ static int all_finite(const float *x, size_t n) {
     return ok;
 }
 
+/* BFP8_ERR_NONFINITE when any weight is NaN or infinite (checked on a host copy). */
+static bfp8_status model_weights_finite_or_fail(const model *m) {
+    const int on_host = bfp8_context_backend(m->ctx) == BFP8_BACKEND_CPU;
+    float *host = on_host ? m->params : malloc(m->num_params * sizeof *host);
+    if (!host) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
+    bfp8_status st = on_host ? BFP8_OK : model_copy_state(m, host, NULL, NULL);
+    if (st == BFP8_OK && !all_finite(host, m->num_params))
+        st = bfp8_fail(BFP8_ERR_NONFINITE, "non-finite weights: refusing to write a checkpoint");
+    if (!on_host) free(host);
+    return st;
+}
+
 static bfp8_status save_checkpoint(run_state *r, int64_t step, int64_t total_steps, int64_t batch,
                                    int64_t seq, int64_t accum) {
-    if (!all_finite(r->m->params, r->m->num_params))
-        return bfp8_fail(BFP8_ERR_NONFINITE, "non-finite weights: refusing to write a checkpoint");
+    BFP8_TRY(model_weights_finite_or_fail(r->m));
     checkpoint_info info = {.config = r->m->config,
                             .recipe = r->recipe,
                             .tokenizer_fingerprint = r->tok.fingerprint,
@@ -217,12 +228,8 @@ static int resolve_options(run_state *r, checkpoint_info *resume_info, char *res
                            char *checkpoint_dir, size_t checkpoint_dir_size, char *metrics_path,
                            size_t metrics_path_size) {
     train_options *o = r->o;
-    if (strcmp(o->device, "cpu") != 0) {
-        if (strcmp(o->device, "cuda") == 0)
-            fprintf(stderr, "blockfp8 train: --device cuda is not yet supported by the trainer "
-                            "(the CUDA kernels are, through the library API); use --device cpu\n");
-        else
-            fprintf(stderr, "blockfp8 train: unknown --device '%s' (cpu or cuda)\n", o->device);
+    if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0) {
+        fprintf(stderr, "blockfp8 train: unknown --device '%s' (cpu or cuda)\n", o->device);
         return 1;
     }
     if (bfp8_recipe_from_name(o->recipe_name, &r->recipe) != BFP8_OK) {
@@ -364,7 +371,12 @@ int train_run(train_options *o) {
 #endif
     progress_init(&r.progress, o->log_every);
     int rc = 1;
-    if (bfp8_context_create(&r.ctx, BFP8_BACKEND_CPU, 0) != BFP8_OK) {
+    const int on_gpu = strcmp(o->device, "cuda") == 0;
+    if (on_gpu && bfp8_cuda_device_count() < 1) {
+        report_failure(&r, "--device cuda: no usable CUDA device (or a build without CUDA)");
+        goto done;
+    }
+    if (bfp8_context_create(&r.ctx, on_gpu ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, 0) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
@@ -433,10 +445,14 @@ int train_run(train_options *o) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
-    printf("model: %s, %.2fM params (dim %d, %d layers, %d heads, ffn %d, vocab %d), recipe %s, "
-           "cpu x %d threads\n",
+    char where[64];
+    if (on_gpu)
+        snprintf(where, sizeof where, "cuda device 0");
+    else
+        snprintf(where, sizeof where, "cpu x %d threads", threads);
+    printf("model: %s, %.2fM params (dim %d, %d layers, %d heads, ffn %d, vocab %d), recipe %s, %s\n",
            r.preset->name, (double)r.m->num_params / 1e6, config.dim, config.n_layers,
-           config.n_heads, config.ffn_hidden, config.vocab_size, bfp8_recipe_name(r.recipe), threads);
+           config.n_heads, config.ffn_hidden, config.vocab_size, bfp8_recipe_name(r.recipe), where);
     printf("data: %s, %.2f MB -> %zu tokens (%.2f bytes/token); %zu training blocks, %zu "
            "validation windows\n",
            o->data_path, (double)r.data.text_bytes / 1e6, r.data.num_tokens,
@@ -481,8 +497,9 @@ static int train_loop(run_state *r, int64_t start_step) {
     for (int64_t step = start_step + 1; step <= last_step; ++step) {
         const double t0 = progress_now();
         if (step == o->inject_nonfinite_at) { /* a test hook: poison one weight */
-            m->blocks[0].qkv.weight[0] = NAN;
-            if (model_sync_weights(m) != BFP8_OK) return report_failure(r, "%s", bfp8_last_error());
+            if (model_set_param(m, (size_t)(m->blocks[0].qkv.weight - m->params), NAN) != BFP8_OK ||
+                model_sync_weights(m) != BFP8_OK)
+                return report_failure(r, "%s", bfp8_last_error());
         }
         double loss_sum = 0.0;
         for (int64_t micro = 0; micro < A; ++micro) {
@@ -499,7 +516,9 @@ static int train_loop(run_state *r, int64_t start_step) {
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
             loss_sum += loss;
         }
-        const double grad_norm = gradient_global_norm(m->grads, m->num_params);
+        double grad_norm;
+        if (model_gradient_norm(m, &grad_norm) != BFP8_OK)
+            return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
         if (!isfinite(grad_norm))
             return report_failure(r, "step %lld: the gradient norm is %s", (long long)step,
                                   isnan(grad_norm) ? "NaN" : "infinite");
@@ -507,12 +526,7 @@ static int train_loop(run_state *r, int64_t start_step) {
             o->clip > 0.0f && grad_norm > o->clip ? (float)(o->clip / grad_norm) : 1.0f;
         adamw_hparams h = base;
         h.lr = lr_at_step(step, o->warmup, o->steps, o->lr, o->min_lr);
-        for (int i = 0; i < m->num_tensors; ++i) {
-            const model_tensor *t = &m->tensors[i];
-            adamw_update(m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
-                         m->adam_v + t->offset, t->count, &h, clip_scale, step, t->weight_decay);
-        }
-        if (model_sync_weights(m) != BFP8_OK || model_check_nonfinite(m) != BFP8_OK)
+        if (model_adamw_step(m, &h, clip_scale, step) != BFP8_OK || model_check_nonfinite(m) != BFP8_OK)
             return report_failure(r, "step %lld: after the update: %s", (long long)step,
                                   bfp8_last_error());
         last_loss = loss_sum / (double)A;

@@ -9,8 +9,12 @@
 #            and a clear one-line message, and the checkpoint already on disk
 #            is byte-for-byte untouched
 #   tools    plot writes a PNG, sample and tokenize work from a checkpoint
+#   cuda     --device cuda (exit 77, skipped, without a GPU): a run stopped and
+#            resumed on the GPU is bit-identical to an uninterrupted one, its
+#            losses track the CPU's, a CPU checkpoint resumes on the GPU, and
+#            a NaN weight is caught as on the CPU
 #
-#   bash tests/train/test_cli.sh build/tools/blockfp8 [resume|bad|tools]
+#   bash tests/train/test_cli.sh build/tools/blockfp8 [resume|bad|tools|cuda]
 #   (ctest runs each group as train_cli_<group>)
 set -uo pipefail
 
@@ -187,7 +191,49 @@ test_tools() {
     if grep -qF "static int x;" out.txt; then echo "ok   encode then decode gives the text back"; else fail "decode gave: $(cat out.txt)"; fi
 }
 
+# ---------------------------------------------------------------------------
+test_cuda() {
+    "$bin" train "${common[@]}" --device cuda --steps 1 --checkpoint-dir probe >out.txt 2>err.txt
+    if grep -qF "no usable CUDA device" err.txt; then
+        echo "SKIP: no CUDA device"
+        exit 77
+    fi
+    local gpu=(--device cuda)
+    expect_ok "GPU: uninterrupted run, 6 steps" train "${common[@]}" "${gpu[@]}" --steps 6 --checkpoint-dir gfull || return
+    grep -qF "cuda device 0" out.txt || fail "the banner does not say the run is on the GPU: $(head -n 3 out.txt)"
+    expect_ok "GPU: same run stopped at step 3" train "${common[@]}" "${gpu[@]}" --steps 6 --stop-at 3 --checkpoint-dir gpart || return
+    expect_ok "GPU: resumed to step 6" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
+        --eval-every 2 --eval-batches 1 --threads 2 "${gpu[@]}" --checkpoint-dir gpart --resume || return
+    same_file "GPU: resumed checkpoint is bit-identical to the uninterrupted one" gfull/checkpoint.bin gpart/checkpoint.bin
+    checks=$((checks + 1))
+    if [[ "$(losses gfull/metrics.jsonl)" == "$(losses gpart/metrics.jsonl)" && -n "$(losses gfull/metrics.jsonl)" ]]; then
+        echo "ok   GPU: losses of steps 1..6 identical"
+    else
+        fail "GPU: losses differ: $(losses gfull/metrics.jsonl | tr '\n' ' ') vs $(losses gpart/metrics.jsonl | tr '\n' ' ')"
+    fi
+    # The same run on the CPU: fp8 codes may round differently, the losses stay close.
+    expect_ok "CPU: the same 6 steps" train "${common[@]}" --steps 6 --checkpoint-dir cfull || return
+    checks=$((checks + 1))
+    local worst
+    worst=$(paste <(losses cfull/metrics.jsonl) <(losses gfull/metrics.jsonl) |
+            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
+    if awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
+        echo "ok   GPU losses within 1% of the CPU's (worst relative gap $worst)"
+    else
+        fail "GPU losses drift from the CPU's: worst relative gap $worst"
+    fi
+    expect_ok "a CPU checkpoint resumes on the GPU" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
+        --eval-every 2 --eval-batches 1 --threads 2 "${gpu[@]}" --steps 8 --checkpoint-dir cfull --resume || return
+    grep -qF "resumed from cfull/checkpoint.bin at step 6" out.txt || fail "no 'resumed at step 6' line"
+    cp gfull/checkpoint.bin greference.bin
+    expect_fail "GPU: NaN in a quantized weight (fp8-blockwise)" \
+        "non-finite value (NaN/Inf) in layer 0 attn.qkv: quantized tensor W" \
+        train "${common[@]}" "${gpu[@]}" --steps 8 --checkpoint-dir gfull --resume --inject-nonfinite 7
+    same_file "GPU: the checkpoint is untouched after the NaN weight" greference.bin gfull/checkpoint.bin
+}
+
 case "$group" in
+    cuda) test_cuda ;;
     resume) test_resume ;;
     bad) test_bad_input ;;
     tools) test_tools ;;
