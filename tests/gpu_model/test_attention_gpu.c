@@ -36,9 +36,12 @@ typedef struct attention_case {
     int64_t batch, seq, n_heads, head_dim;
 } attention_case;
 
+/* The GPU products go in blocks of 256 query rows (kSeqBlock in
+ * attention_cuda.cu): seq below one block, one row past one (257), several
+ * with a ragged last one (600: 256 + 256 + 88) and several whole (1024). */
 static const attention_case cases[] = {
-    {1, 1, 1, 2},   {2, 7, 3, 6},     {1, 33, 2, 64},   {4, 65, 5, 18},
-    {3, 130, 4, 32}, {2, 257, 2, 128}, {2, 1024, 4, 64},
+    {1, 1, 1, 2},     {2, 7, 3, 6},    {1, 33, 2, 64},  {4, 65, 5, 18},
+    {3, 130, 4, 32},  {2, 257, 2, 128}, {1, 600, 3, 64}, {2, 1024, 4, 64},
 };
 
 /* max |got - ref| / (1 + max |ref|); infinity when got holds a non-finite

@@ -6,16 +6,25 @@
  *
  * The six matrix products of attention (S = Q K^T, O = P V, dP = dO V^T,
  * dQ = dS K, dK = dS^T Q, dV = P^T dO) are cuBLAS SGEMMs, one strided-batched
- * call per sequence covering all of its heads: inside a token row the heads
- * lie head_dim apart, so a head is a constant stride from the previous one,
- * but the next sequence is seq * 3 * dim away, which is no multiple of that
- * stride, hence the loop over the batch. Two row kernels do the rest: the
- * causal softmax of the scores and its backward. Both are one warp per row.
+ * call per sequence and block of rows covering all of its heads: inside a
+ * token row the heads lie head_dim apart, so a head is a constant stride from
+ * the previous one, but the next sequence is seq * 3 * dim away, which is no
+ * multiple of that stride, hence the loop over the batch. Two row kernels do
+ * the rest: the causal softmax of the scores and its backward. Both are one
+ * warp per row.
  *
- * The products run over full seq x seq matrices although the upper triangle
- * of P (and dS) is zero: about half of their work is wasted. That is accepted
- * in this first version for simplicity; the result is still exact, since the
- * row kernels write true zeros above the diagonal before a product reads them.
+ * The upper triangle of P (and dS) is zero, so the products skip most of it,
+ * as the CPU reference does: the queries go in blocks [r0, r1) of kSeqBlock
+ * rows (the last one ragged), and a block meets only the keys [0, r1) (S, O,
+ * dP, dQ); likewise a block of keys [s0, s1) meets only the queries
+ * [s0, seq) (dK, dV). What is left of each product is about
+ * 1/2 + kSeqBlock / (2 seq) of the full seq x seq one (9/16 at seq 2048):
+ * the lower triangle and the masked halves of the diagonal blocks. The
+ * result is the same up to the order of fp32 sums (cuBLAS picks its kernel
+ * by shape): the skipped terms are products with exact zeros of P or dS; the
+ * row kernels read only s <= t, which lies inside the computed blocks, and
+ * write the whole row (true zeros above the diagonal), so no element of
+ * probs or of the scratch that a product reads is left from before.
  *
  * The cuBLAS handle does pure fp32 math (no TF32): the result matches the CPU
  * reference within reordering of fp32 sums, and repeats bit for bit.
@@ -33,6 +42,15 @@ namespace {
 constexpr int kWarpSize = 32;
 constexpr int kRowsPerBlock = 8; /* one warp per row */
 constexpr int kRowThreads = kRowsPerBlock * kWarpSize;
+/* Query rows (or keys) per block of the products: smaller skips more of the
+ * triangle, larger makes fewer and bigger cuBLAS calls. */
+constexpr int64_t kSeqBlock = 256;
+
+/* End of the block of rows that starts at start: start + kSeqBlock, or seq
+ * for the last, ragged one. */
+inline int64_t block_end(int64_t start, int64_t seq) {
+    return seq - start > kSeqBlock ? start + kSeqBlock : seq;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Row kernels                                                               */
@@ -49,9 +67,11 @@ __device__ float warp_max(float x) {
 }
 
 /* probs holds rows x seq raw scores Q K^T (row r is query t = r % seq of
- * its (batch, head)); each row becomes softmax(scale * scores[0..t]) followed
- * by zeros. Three passes over the row (max, sum, write) read it from cache;
- * the exponentials are recomputed rather than stored to keep it simple. */
+ * its (batch, head)), formed only for s < r1, the end of t's block, so only
+ * for s <= t is the row read; it becomes softmax(scale * scores[0..t])
+ * followed by zeros up to seq. Three passes over the row (max, sum, write)
+ * read it from cache; the exponentials are recomputed rather than stored to
+ * keep it simple. */
 __global__ void causal_softmax_rows(float *probs, int64_t rows, int64_t seq, float scale) {
     const int lane = threadIdx.x % kWarpSize;
     const int64_t warps = (int64_t)gridDim.x * kRowsPerBlock;
@@ -71,8 +91,9 @@ __global__ void causal_softmax_rows(float *probs, int64_t rows, int64_t seq, flo
     }
 }
 
-/* ds holds rows x seq of dP = dO V^T; each row becomes
- * dS = P * (dP - sum_s P dP) * scale over s <= t, zeros after. */
+/* ds holds rows x seq of dP = dO V^T, formed like the scores for s < r1,
+ * and read like them for s <= t only; each row becomes
+ * dS = P * (dP - sum_s P dP) * scale over s <= t, zeros after up to seq. */
 __global__ void causal_softmax_backward_rows(float *ds, const float *probs, int64_t rows, int64_t seq,
                                              float scale) {
     const int lane = threadIdx.x % kWarpSize;
@@ -143,27 +164,36 @@ extern "C" void attention_forward_cuda(float *out, float *probs, float *scratch,
     const int64_t dim = n_heads * head_dim, stride = 3 * dim, square = seq * seq;
     const float scale = 1.0f / sqrtf((float)head_dim);
 
-    /* S = Q K^T, raw scores, into probs[b][h] */
+    /* S = Q K^T, raw scores, into probs[b][h]: queries [r0, r1) against the
+     * keys [0, r1); the softmax writes the rest of their rows */
     for (int64_t b = 0; b < batch; ++b) {
         const float *q = qkv + b * seq * stride, *k = q + dim;
-        if (!gemm_over_heads(handle, false, true, seq, seq, head_dim, {q, stride, head_dim},
-                             {k, stride, head_dim}, probs + b * n_heads * square, seq, square, n_heads,
-                             "attention_forward S = Q K^T"))
-            return;
+        float *s_b = probs + b * n_heads * square;
+        for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
+            const int64_t r1 = block_end(r0, seq);
+            if (!gemm_over_heads(handle, false, true, r1 - r0, r1, head_dim,
+                                 {q + r0 * stride, stride, head_dim}, {k, stride, head_dim}, s_b + r0 * seq,
+                                 seq, square, n_heads, "attention_forward S = Q K^T"))
+                return;
+        }
     }
     const int64_t rows = batch * n_heads * seq;
     causal_softmax_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream()>>>(
         probs, rows, seq, scale);
     check_launch("attention_forward causal_softmax_rows");
 
-    /* O = P V */
+    /* O = P V: queries [r0, r1) over the keys [0, r1) (P is 0 after them) */
     for (int64_t b = 0; b < batch; ++b) {
         const float *v = qkv + b * seq * stride + 2 * dim;
         const float *p = probs + b * n_heads * square;
-        if (!gemm_over_heads(handle, false, false, seq, head_dim, seq, {p, seq, square},
-                             {v, stride, head_dim}, out + b * seq * dim, dim, head_dim, n_heads,
-                             "attention_forward O = P V"))
-            return;
+        float *o = out + b * seq * dim;
+        for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
+            const int64_t r1 = block_end(r0, seq);
+            if (!gemm_over_heads(handle, false, false, r1 - r0, head_dim, r1, {p + r0 * seq, seq, square},
+                                 {v, stride, head_dim}, o + r0 * dim, dim, head_dim, n_heads,
+                                 "attention_forward O = P V"))
+                return;
+        }
     }
 }
 
@@ -180,32 +210,45 @@ extern "C" void attention_backward_cuda(float *dqkv, float *scratch, const float
      * batch * n_heads * seq * seq floats, within attention_scratch_floats */
     float *ds = scratch;
 
-    /* dP = dO V^T */
+    /* dP = dO V^T: queries [r0, r1) against the keys [0, r1); the dS kernel
+     * writes the rest of their rows */
     for (int64_t b = 0; b < batch; ++b) {
         const float *d_o = dout + b * seq * dim, *v = qkv + b * seq * stride + 2 * dim;
-        if (!gemm_over_heads(handle, false, true, seq, seq, head_dim, {d_o, dim, head_dim},
-                             {v, stride, head_dim}, ds + b * n_heads * square, seq, square, n_heads,
-                             "attention_backward dP = dO V^T"))
-            return;
+        float *ds_b = ds + b * n_heads * square;
+        for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
+            const int64_t r1 = block_end(r0, seq);
+            if (!gemm_over_heads(handle, false, true, r1 - r0, r1, head_dim, {d_o + r0 * dim, dim, head_dim},
+                                 {v, stride, head_dim}, ds_b + r0 * seq, seq, square, n_heads,
+                                 "attention_backward dP = dO V^T"))
+                return;
+        }
     }
     const int64_t rows = batch * n_heads * seq;
     causal_softmax_backward_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream()>>>(
         ds, probs, rows, seq, scale);
     check_launch("attention_backward causal_softmax_backward_rows");
 
+    /* Per block [r0, r1): dQ of the queries [r0, r1) over the keys [0, r1);
+     * dK and dV of the keys [r0, r1) over the queries [r0, seq), the only ones
+     * that see them (dS and P are 0 above the diagonal). */
     for (int64_t b = 0; b < batch; ++b) {
         const float *q = qkv + b * seq * stride, *k = q + dim, *d_o = dout + b * seq * dim;
         const float *p = probs + b * n_heads * square, *ds_b = ds + b * n_heads * square;
         float *dq = dqkv + b * seq * stride, *dk = dq + dim, *dv = dq + 2 * dim;
-        if (!gemm_over_heads(handle, false, false, seq, head_dim, seq, {ds_b, seq, square},
-                             {k, stride, head_dim}, dq, stride, head_dim, n_heads,
-                             "attention_backward dQ = dS K") ||
-            !gemm_over_heads(handle, true, false, seq, head_dim, seq, {ds_b, seq, square},
-                             {q, stride, head_dim}, dk, stride, head_dim, n_heads,
-                             "attention_backward dK = dS^T Q") ||
-            !gemm_over_heads(handle, true, false, seq, head_dim, seq, {p, seq, square},
-                             {d_o, dim, head_dim}, dv, stride, head_dim, n_heads,
-                             "attention_backward dV = P^T dO"))
-            return;
+        for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
+            const int64_t r1 = block_end(r0, seq);
+            if (!gemm_over_heads(handle, false, false, r1 - r0, head_dim, r1, {ds_b + r0 * seq, seq, square},
+                                 {k, stride, head_dim}, dq + r0 * stride, stride, head_dim, n_heads,
+                                 "attention_backward dQ = dS K") ||
+                !gemm_over_heads(handle, true, false, r1 - r0, head_dim, seq - r0,
+                                 {ds_b + r0 * seq + r0, seq, square}, {q + r0 * stride, stride, head_dim},
+                                 dk + r0 * stride, stride, head_dim, n_heads,
+                                 "attention_backward dK = dS^T Q") ||
+                !gemm_over_heads(handle, true, false, r1 - r0, head_dim, seq - r0,
+                                 {p + r0 * seq + r0, seq, square}, {d_o + r0 * dim, dim, head_dim},
+                                 dv + r0 * stride, stride, head_dim, n_heads,
+                                 "attention_backward dV = P^T dO"))
+                return;
+        }
     }
 }
