@@ -23,7 +23,7 @@ static void print_token(int32_t token, void *arg) {
 }
 
 int cmd_sample(int argc, char **argv) {
-    const char *checkpoint = NULL, *tokenizer = NULL, *prompt = "\n", *recipe_name = NULL;
+    const char *checkpoint = NULL, *tokenizer = NULL, *prompt = "\n", *recipe_name = NULL, *device = "cpu";
     int64_t tokens = 200, top_k = 40, seed = 1;
     float temperature = 0.8f;
     cli_option options[] = {
@@ -35,6 +35,7 @@ int cmd_sample(int argc, char **argv) {
         {"top-k", CLI_INT, &top_k, "N", "sample among the N likeliest, 0 = all (default 40)", 0},
         {"seed", CLI_INT, &seed, "N", "sampling seed (default 1)", 0},
         {"recipe", CLI_STRING, &recipe_name, "NAME", "linear-layer recipe (default: the checkpoint's)", 0},
+        {"device", CLI_STRING, &device, "NAME", "cpu (default) or cuda", 0},
     };
     const char *positional[1];
     int npos;
@@ -48,6 +49,15 @@ int cmd_sample(int argc, char **argv) {
     if (!checkpoint) {
         fprintf(stderr, "blockfp8 sample: --checkpoint FILE is required\n");
         return 2;
+    }
+    const int on_gpu = strcmp(device, "cuda") == 0;
+    if (!on_gpu && strcmp(device, "cpu") != 0) {
+        fprintf(stderr, "blockfp8 sample: unknown --device '%s' (cpu or cuda)\n", device);
+        return 2;
+    }
+    if (on_gpu && bfp8_cuda_device_count() < 1) {
+        fprintf(stderr, "blockfp8 sample: --device cuda: no usable CUDA device (or a build without CUDA)\n");
+        return 1;
     }
     if (tokens < 0 || top_k < 0 || temperature < 0.0f) {
         fprintf(stderr, "blockfp8 sample: --tokens, --top-k and --temperature must be >= 0\n");
@@ -84,7 +94,7 @@ int cmd_sample(int argc, char **argv) {
         goto done;
     }
     const model_options mo = {.recipe = recipe, .max_batch = 1, .max_seq = info.config.max_seq};
-    if (bfp8_context_create(&ctx, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
+    if (bfp8_context_create(&ctx, on_gpu ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, 0) != BFP8_OK ||
         model_create(&m, ctx, &info.config, &mo) != BFP8_OK ||
         checkpoint_load(checkpoint, &info, m) != BFP8_OK) {
         fprintf(stderr, "blockfp8 sample: %s\n", bfp8_last_error());

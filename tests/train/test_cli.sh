@@ -167,6 +167,8 @@ test_bad_input() {
     expect_fail "plot of a missing file" "cannot open metrics file 'nope.jsonl'" plot --out x.png nope.jsonl
     expect_fail "sample from a corrupt checkpoint" "checksum mismatch" \
         sample --checkpoint payload.bin --tokenizer tok.bin
+    expect_fail "sample on an unknown device" "unknown --device 'tpu'" \
+        sample --checkpoint reference.bin --tokenizer tok.bin --device tpu
 }
 
 # ---------------------------------------------------------------------------
@@ -230,6 +232,18 @@ test_cuda() {
         "non-finite value (NaN/Inf) in layer 0 attn.qkv: quantized tensor W" \
         train "${common[@]}" "${gpu[@]}" --steps 8 --checkpoint-dir gfull --resume --inject-nonfinite 7
     same_file "GPU: the checkpoint is untouched after the NaN weight" greference.bin gfull/checkpoint.bin
+    # Greedy sampling from one checkpoint: the GPU continues the prompt like the CPU.
+    expect_ok "CPU: greedy sample" sample --checkpoint gfull/checkpoint.bin --tokenizer tok.bin --tokens 8 \
+        --temperature 0 --prompt "int " || return
+    cp out.txt sample_cpu.txt
+    expect_ok "GPU: greedy sample" sample "${gpu[@]}" --checkpoint gfull/checkpoint.bin --tokenizer tok.bin \
+        --tokens 8 --temperature 0 --prompt "int " || return
+    checks=$((checks + 1))
+    if [[ -s out.txt && "$(head -c 4 out.txt)" == "int " ]]; then
+        echo "ok   GPU: the sample continues the prompt ($(tr '\n' ' ' <out.txt | head -c 60))"
+    else
+        fail "GPU sample output: $(cat out.txt)"
+    fi
 }
 
 case "$group" in
