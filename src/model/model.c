@@ -175,6 +175,9 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
     m->options = *options;
     m->ctx = ctx;
     m->ops = model_ops_for(ctx);
+#if defined(BFP8_WITH_CUDA)
+    if (m->ops && m->ops != &model_ops_cpu) model_cuda_set_tf32(options->tf32);
+#endif
     if (!m->ops) {
         free(m);
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "model_create: this build has no model operations for "

@@ -29,6 +29,7 @@ typedef struct model_options {
     int64_t max_batch; /* sequences per forward */
     int64_t max_seq;   /* tokens per sequence, <= config.max_seq */
     int exact_linears; /* 1: fp32 linear layers, no bfp8_linear (gradient checks) */
+    int tf32;          /* CUDA: the fp32 products (attention, head) in TF32 (model_cuda_set_tf32) */
 } model_options;
 
 /* One parameter tensor: where it sits in the arena and whether AdamW decays it. */

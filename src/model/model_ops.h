@@ -73,6 +73,10 @@ const model_ops *model_ops_for(const bfp8_context *ctx);
 
 /* --- the CUDA implementations (src/model/cuda/) ----------------------------- */
 void model_cuda_set_stream(void *cuda_stream);
+/* 1: the fp32 products (matmul_f32, attention) on the tensor cores in TF32
+ * (inputs rounded to 10 mantissa bits, fp32 accumulation); 0 (the default):
+ * exact fp32 products, as on the CPU. */
+void model_cuda_set_tf32(int tf32);
 /* BFP8_OK, or the first CUDA / cuBLAS failure of an op since the last call
  * (the message through bfp8_last_error()); the kept failure is then cleared. */
 bfp8_status model_cuda_status(void);

@@ -39,6 +39,7 @@ int cmd_train(int argc, char **argv) {
         {"metrics", CLI_STRING, &o.metrics_path, "FILE", "JSON-lines metrics (default <checkpoint-dir>/metrics.jsonl)", 0},
         {"log-every", CLI_INT, &o.log_every, "N", "progress line every N steps when stdout is not a terminal (default 10)", 0},
         {"threads", CLI_INT, &o.threads, "N", "CPU threads (default: all)", 0},
+        {"tf32", CLI_FLAG, &o.tf32, NULL, "--device cuda: attention and output-head products in TF32 (default exact fp32)", 0},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "N", "tokens to generate at the end, 0 = none (default 200)", 0},
         {"prompt", CLI_STRING, &o.prompt, "TEXT", "prompt of the final sample (default a newline)", 0},
         {"temperature", CLI_FLOAT, &o.temperature, "X", "sampling temperature, 0 = greedy (default 0.8)", 0},

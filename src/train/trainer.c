@@ -232,6 +232,10 @@ static int resolve_options(run_state *r, checkpoint_info *resume_info, char *res
         fprintf(stderr, "blockfp8 train: unknown --device '%s' (cpu or cuda)\n", o->device);
         return 1;
     }
+    if (o->tf32 && strcmp(o->device, "cuda") != 0) {
+        fprintf(stderr, "blockfp8 train: --tf32 needs --device cuda\n");
+        return 1;
+    }
     if (bfp8_recipe_from_name(o->recipe_name, &r->recipe) != BFP8_OK) {
         fprintf(stderr, "blockfp8 train: unknown --recipe '%s' (bf16, fp8-blockwise, "
                         "fp8-blockwise-bf16wgrad)\n", o->recipe_name);
@@ -405,7 +409,7 @@ int train_run(train_options *o) {
         }
     }
     const model_options mopts = {.recipe = r.recipe, .max_batch = o->batch, .max_seq = o->seq,
-                                 .exact_linears = 0};
+                                 .exact_linears = 0, .tf32 = o->tf32};
     if (model_create(&r.m, r.ctx, &config, &mopts) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
@@ -447,7 +451,7 @@ int train_run(train_options *o) {
     }
     char where[64];
     if (on_gpu)
-        snprintf(where, sizeof where, "cuda device 0");
+        snprintf(where, sizeof where, "cuda device 0%s", o->tf32 ? ", tf32 products" : "");
     else
         snprintf(where, sizeof where, "cpu x %d threads", threads);
     printf("model: %s, %.2fM params (dim %d, %d layers, %d heads, ffn %d, vocab %d), recipe %s, %s\n",

@@ -27,6 +27,7 @@ typedef struct train_options {
     /* which options were given on the command line (resume keeps the others) */
     int model_given, batch_given, seq_given, steps_given, accum_given, seed_given;
     int overwrite; /* a fresh run may replace <checkpoint_dir>/checkpoint.bin */
+    int tf32;      /* --device cuda: attention and head products in TF32 */
 } train_options;
 
 /* Everything unset: the preset fills it in. */

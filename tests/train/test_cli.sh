@@ -113,6 +113,7 @@ test_bad_input() {
     expect_fail "unknown recipe" "unknown --recipe 'fp4'" train "${common[@]}" --recipe fp4 --checkpoint-dir good
     expect_fail "unknown model" "unknown --model 'huge'" train "${common[@]}" --model huge --checkpoint-dir good
     expect_fail "unknown device" "unknown --device 'tpu'" train "${common[@]}" --device tpu --checkpoint-dir good
+    expect_fail "tf32 on the CPU" "--tf32 needs --device cuda" train "${common[@]}" --tf32 --checkpoint-dir good
     expect_fail "seq above the preset" "exceeds the tiny model's 128" train "${common[@]}" --seq 129 --checkpoint-dir fresh
 
     expect_fail "a fresh run over an existing checkpoint" "good/checkpoint.bin already holds a run (step 2 of 6)" \
@@ -232,6 +233,8 @@ test_cuda() {
         "non-finite value (NaN/Inf) in layer 0 attn.qkv: quantized tensor W" \
         train "${common[@]}" "${gpu[@]}" --steps 8 --checkpoint-dir gfull --resume --inject-nonfinite 7
     same_file "GPU: the checkpoint is untouched after the NaN weight" greference.bin gfull/checkpoint.bin
+    expect_ok "GPU: --tf32 products" train "${common[@]}" "${gpu[@]}" --tf32 --steps 2 --checkpoint-dir gtf32 || return
+    grep -qF "tf32 products" out.txt || fail "the banner does not say tf32: $(head -n 3 out.txt)"
     # Greedy sampling from one checkpoint: the GPU continues the prompt like the CPU.
     expect_ok "CPU: greedy sample" sample --checkpoint gfull/checkpoint.bin --tokenizer tok.bin --tokens 8 \
         --temperature 0 --prompt "int " || return

@@ -14,6 +14,7 @@ namespace bfp8_model_cuda {
 namespace {
 cudaStream_t g_stream = 0;
 cublasHandle_t g_cublas = nullptr;
+bool g_tf32 = false;
 bool g_failed = false;
 char g_message[512];
 } /* namespace */
@@ -26,8 +27,9 @@ cublasHandle_t cublas() {
             g_cublas = nullptr;
             return nullptr;
         }
-        failed(cublasSetMathMode(g_cublas, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
     }
+    failed(cublasSetMathMode(g_cublas, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+           "cublasSetMathMode");
     failed(cublasSetStream(g_cublas, g_stream), "cublasSetStream");
     return g_cublas;
 }
@@ -55,6 +57,8 @@ bool failed(cublasStatus_t s, const char *what) {
 extern "C" void model_cuda_set_stream(void *cuda_stream) {
     bfp8_model_cuda::g_stream = static_cast<cudaStream_t>(cuda_stream);
 }
+
+extern "C" void model_cuda_set_tf32(int tf32) { bfp8_model_cuda::g_tf32 = tf32 != 0; }
 
 extern "C" bfp8_status model_cuda_status(void) {
     using namespace bfp8_model_cuda;

@@ -13,8 +13,8 @@ namespace bfp8_model_cuda {
 
 /* The stream of model_cuda_set_stream (0 until set). */
 cudaStream_t stream();
-/* The cuBLAS handle (pure fp32 math, on stream()); NULL if it cannot be made
- * (the failure is kept). */
+/* The cuBLAS handle on stream(), in pure fp32 math or (model_cuda_set_tf32)
+ * TF32 tensor-op math; NULL if it cannot be made (the failure is kept). */
 cublasHandle_t cublas();
 /* Keep the first failure: `what` names the operation. Returns whether e / s was a failure. */
 bool failed(cudaError_t e, const char *what);
