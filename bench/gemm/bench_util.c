@@ -90,6 +90,50 @@ bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int r
     return t;
 }
 
+bench_timing bench_time_chain(bench_call_fn fn, void *arg, int sets, int warmup, int reps, int chains,
+                              cudaStream_t stream) {
+    bench_timing t;
+    memset(&t, 0, sizeof t);
+    if (sets < 1) sets = 1;
+    if (reps < 1) reps = 1;
+    if (chains < 1) chains = 1;
+    t.reps = reps * chains;
+    for (int i = 0; i < warmup; ++i)
+        if (fn(arg, i % sets, t.reason, sizeof t.reason) != 0) {
+            cudaStreamSynchronize(stream);
+            return t;
+        }
+    if (cuda_failed(cudaStreamSynchronize(stream), "warm-up", &t)) return t;
+    double *ms = calloc((size_t)chains, sizeof *ms);
+    if (!ms) bench_die("out of host memory");
+    cudaEvent_t start = NULL, stop = NULL;
+    int failed = cuda_failed(cudaEventCreate(&start), "cudaEventCreate", &t) ||
+                 cuda_failed(cudaEventCreate(&stop), "cudaEventCreate", &t);
+    for (int c = 0, call = warmup; c < chains && !failed; ++c) {
+        failed = cuda_failed(cudaEventRecord(start, stream), "cudaEventRecord", &t);
+        for (int i = 0; i < reps && !failed; ++i, ++call)
+            if (fn(arg, call % sets, t.reason, sizeof t.reason) != 0) failed = 1;
+        if (!failed) failed = cuda_failed(cudaEventRecord(stop, stream), "cudaEventRecord", &t);
+        const cudaError_t sync_err = cudaStreamSynchronize(stream); /* always drain */
+        if (!failed) failed = cuda_failed(sync_err, "the timed calls", &t);
+        float elapsed = 0.0f;
+        if (!failed) failed = cuda_failed(cudaEventElapsedTime(&elapsed, start, stop), "cudaEventElapsedTime", &t);
+        ms[c] = elapsed / reps;
+    }
+    if (!failed) failed = cuda_failed(cudaGetLastError(), "the timed calls", &t);
+    if (!failed) {
+        qsort(ms, (size_t)chains, sizeof *ms, compare_doubles);
+        t.median_ms = chains % 2 ? ms[chains / 2] : 0.5 * (ms[chains / 2 - 1] + ms[chains / 2]);
+        t.min_ms = ms[0];
+        t.max_ms = ms[chains - 1];
+        t.ok = 1;
+    }
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    free(ms);
+    return t;
+}
+
 void bench_time_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, int warmup, int reps,
                        cudaStream_t stream, bench_timing *out) {
     memset(out, 0, (size_t)n * sizeof *out);

@@ -57,6 +57,13 @@ typedef struct bench_timing {
 bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int reps,
                         cudaStream_t stream);
 
+/* warmup calls, then `chains` chains of `reps` calls back to back with
+ * nothing between them (no events: a call may start behind the previous
+ * one, as in a training step); the figures are each chain's time over reps,
+ * so median/min/max are over chains. */
+bench_timing bench_time_chain(bench_call_fn fn, void *arg, int sets, int warmup, int reps, int chains,
+                              cudaStream_t stream);
+
 /* bench_time for n contenders at once, in rounds: every round runs one call
  * of each, the order rotating from round to round, so the clock drift of a
  * long run (an H200 power-throttles from 1980 to ~1600 MHz within seconds of

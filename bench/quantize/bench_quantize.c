@@ -4,6 +4,7 @@
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
  *                  [--variant N|N-M|both|all] [--act RxC]... [--weight RxC]... [--dtype bf16|f32]
+ *                  [--chain] [--no-pdl]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -33,6 +34,13 @@
  * --act / --weight: time these activation (1x128) / weight (128x128) shapes
  * instead of the defaults (given either, only the shapes given run);
  * --dtype: only that input type.
+ * --chain: time chains of --reps calls with nothing between them (the copy
+ * too), the median over 7 chains, instead of an event between calls.
+ * --no-pdl: launch the quantizers without programmatic dependent launch
+ * (the library's default launches each behind the previous kernel of the
+ * stream: quantize_common.cuh, g_pdl). Timed with events between calls,
+ * PDL changes nothing (an event record is not a kernel); in chains it saves
+ * a launch's latency per call.
  */
 #include <math.h>
 #include <stdio.h>
@@ -64,6 +72,8 @@ typedef struct result {
  * selects the kernel variant of later CUDA quantize calls, returns the
  * previous one or -1 when v is not a variant. */
 extern int bfp8_cuda_quantize_set_variant(int v);
+/* ... and whether they launch with programmatic dependent launch (0 / 1). */
+extern int bfp8_cuda_quantize_set_pdl(int on);
 enum { kBenchVariants = 6 }; /* kVariants of src/cuda/quantize_common.cuh */
 enum { kMaxResults = 24 * kBenchVariants }; /* 22 kernels x shapes per variant */
 static result results[kMaxResults];
@@ -71,6 +81,13 @@ static int n_results = 0;
 
 static bfp8_context *gpu, *cpu;
 static cudaStream_t stream;
+static int chain_timing; /* --chain */
+enum { kChains = 7 };
+
+static bench_timing time_calls(bench_call_fn fn, void *arg, int sets, int warmup, int reps) {
+    return chain_timing ? bench_time_chain(fn, arg, sets, warmup, reps, kChains, stream)
+                        : bench_time(fn, arg, sets, warmup, reps, stream);
+}
 
 /* ------------------------------------------------------------------------ */
 /* One (shape, dtype): inputs and outputs of every mode, kSets of each       */
@@ -294,7 +311,7 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
     BENCH_CUDA_OR_DIE(bench_fill_normal(c.src, BFP8_F32, 1, (int64_t)(bytes / 4), (int64_t)(bytes / 4),
                                         1.0f, 99, stream));
     BENCH_CUDA_OR_DIE(cudaMemsetAsync(c.dst, 0x5a, bytes, stream));
-    *out = bench_time(call_copy, &c, 1, warmup, reps, stream);
+    *out = time_calls(call_copy, &c, 1, warmup, reps);
     BENCH_CUDA_OR_DIE(cudaFree(c.src));
     BENCH_CUDA_OR_DIE(cudaFree(c.dst));
     if (!out->ok) return 0.0;
@@ -306,7 +323,7 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]"
-            " [--variant N|N-M|both|all]\n          [--act RxC]... [--weight RxC]... [--dtype bf16|f32]\n", prog);
+            " [--variant N|N-M|both|all]\n          [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]\n", prog);
     exit(2);
 }
 
@@ -324,6 +341,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--quick") == 0) quick = 1;
         else if (strcmp(a, "--profile") == 0) profile = 1;
         else if (strcmp(a, "--no-check") == 0) check = 0;
+        else if (strcmp(a, "--chain") == 0) chain_timing = 1;
+        else if (strcmp(a, "--no-pdl") == 0) bfp8_cuda_quantize_set_pdl(0);
         else if ((strcmp(a, "--act") == 0 || strcmp(a, "--weight") == 0) && v) {
             long long r = 0, c = 0;
             char tail = 0;
@@ -364,6 +383,12 @@ int main(int argc, char **argv) {
     bench_device_info dev;
     bench_device_info_read(0, &dev);
     bench_device_info_print(stdout, &dev);
+    const int pdl = bfp8_cuda_quantize_set_pdl(0);
+    bfp8_cuda_quantize_set_pdl(pdl);
+    printf("timing: %s; quantizers launched %s programmatic dependent launch\n",
+           chain_timing ? "chains of calls with nothing between them (median of 7 chains)"
+                        : "an event between calls (median call)",
+           pdl ? "with" : "without");
 
     /* The ceiling: a device-to-device copy of 1 GiB (and 256 MiB, for reference). */
     bench_timing copy_t, copy_small_t;
@@ -418,7 +443,7 @@ int main(int argc, char **argv) {
                     BENCH_CUDA_OR_DIE(cudaStreamSynchronize(stream));
                     continue;
                 }
-                r->t = bench_time(call_quantize, &w, kSets, warmup, reps, stream);
+                r->t = time_calls(call_quantize, &w, kSets, warmup, reps);
                 if (r->t.ok) {
                     r->gbps = (r->bytes_read + r->bytes_written) / (r->t.median_ms * 1e-3) / 1e9;
                     r->pct_copy = 100.0 * r->gbps / copy_gbps;

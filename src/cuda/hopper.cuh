@@ -85,6 +85,19 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Programmatic dependent launch                                             */
+
+/* Wait until the grids this one was launched behind (with the programmatic
+ * stream serialization attribute) have completed and their memory is
+ * visible; returns at once for a grid launched without the attribute. Every
+ * thread that touches global memory must pass here first. */
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+/* Let the next grid of the stream be scheduled once every CTA of this one
+ * has run this (or exited): its CTAs then start as ours leave the SMs and
+ * wait in griddep_wait, so its launch overlaps our last wave. */
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+/* ------------------------------------------------------------------------ */
 /* TMA                                                                       */
 
 __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap *map) {

@@ -36,3 +36,13 @@ bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bf
     return aligned ? launch_1x128<float, true>(ctx, args, rows, cols)
                    : launch_1x128<float, false>(ctx, args, rows, cols);
 }
+
+/* Benchmark hook, not part of the public API (bench/quantize declares it):
+ * on (1) or off (0), whether later launches may start behind the previous
+ * kernel of the stream (programmatic dependent launch). Returns the previous
+ * setting, or -1 and changes nothing for another value. */
+extern "C" int bfp8_cuda_quantize_set_pdl(int on) {
+    if (on != 0 && on != 1) return -1;
+    return g_pdl.exchange(on);
+}
+

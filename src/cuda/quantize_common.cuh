@@ -28,6 +28,10 @@
  *      memory (8 contiguous bytes per row), column codes through a swizzled
  *      shared-memory transpose, then out as 16-byte row pieces of x^T.
  *
+ * Every launch is a programmatic dependent launch (g_pdl): a CTA may start
+ * while the previous kernel of the stream is finishing, sets up its barriers
+ * and waits (griddep_wait) before it reads or writes global memory.
+ *
  * Fast path (kAligned): x, both code matrices and their leading dimensions
  * allow 16-byte accesses. Otherwise every load and store is scalar, with
  * the same algorithm. Ragged tiles use the scalar access for the partial
@@ -102,6 +106,9 @@ __device__ __forceinline__ void tma_load_tile(void *dst, const CUtensorMap *map,
     bfp8_sm90::tma_load_2d(dst, map, bar, c0, c1);
 }
 __device__ __forceinline__ void fence_async_shared() { bfp8_sm90::fence_proxy_async_shared(); }
+__device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) { bfp8_sm90::tma_prefetch_descriptor(map); }
+__device__ __forceinline__ void griddep_wait() { bfp8_sm90::griddep_wait(); }
+__device__ __forceinline__ void griddep_launch_dependents() { bfp8_sm90::griddep_launch_dependents(); }
 
 /* A 16-byte store whose L2 line is kept in preference to others (x^T's
  * 128-byte pieces wait there for their DRAM neighbours). */
@@ -941,10 +948,15 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
     };
     if constexpr (kTma) {
         if (tma_thread) {
+            tma_prefetch_map(&tmap_x); /* a kernel parameter: fetch it while the previous grid drains */
             for (int s = 0; s < kStages; ++s) mbar_setup(&staged_bar[s]);
         }
         __syncthreads();
     }
+    /* launched behind another kernel (g_pdl): its outputs may be our x, and
+     * it may still read what we are about to overwrite */
+    griddep_wait();
+    griddep_launch_dependents();
 
     if constexpr (kStages == 1) {
         /* variant 5: a CTA per tile (the launch makes one), so there is
@@ -1072,6 +1084,13 @@ static inline tile_args make_tile_args(const bfp8_matrix *x, const bfp8_qmatrix 
 /* The kernel variant every launch uses (see kernel_shape); only
  * bfp8_cuda_quantize_set_variant (quantize_1x128.cu) changes it. */
 inline std::atomic<int> g_variant{kAutoVariant};
+/* Whether launches carry the programmatic stream serialization attribute
+ * (programmatic dependent launch: the kernel waits for the previous grid
+ * itself, griddep_wait, so its CTAs are launched while that grid drains).
+ * On by default; only bfp8_cuda_quantize_set_pdl (quantize_1x128.cu)
+ * changes it. H200, chains of calls (bench/results/2026-12-01_quantize_h200_
+ * s9_pdl.txt): 2-3 us less a call on the issue's shapes. */
+inline std::atomic<int> g_pdl{1};
 
 /* Launch quantize_tiles_kernel on ctx's stream: variant 5 with a CTA per
  * tile, the others over a persistent grid (as many CTAs as fit on the
@@ -1101,7 +1120,19 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,
                                          (uint64_t)args.rows, (uint64_t)args.x_ld * sizeof(In), kTile, kTile,
                                          CU_TENSOR_MAP_SWIZZLE_NONE, "x"));
-    kernel<<<grid, kThreads, smem, bfp8_stream_of(ctx)>>>(args, tmap_x);
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)grid);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = (size_t)smem;
+    config.stream = bfp8_stream_of(ctx);
+    cudaLaunchAttribute pdl[1];
+    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl[0].val.programmaticStreamSerializationAllowed = 1;
+    if (g_pdl.load(std::memory_order_relaxed)) {
+        config.attrs = pdl;
+        config.numAttrs = 1;
+    }
+    BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args, tmap_x));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }

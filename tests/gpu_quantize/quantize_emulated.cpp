@@ -159,6 +159,9 @@ static inline void mbar_expect_bytes(uint64_t *, uint32_t) { no_tma(); }
 static inline void mbar_wait_parity(uint64_t *, uint32_t) { no_tma(); }
 static inline void tma_load_tile(void *, const CUtensorMap *, uint64_t *, int, int) { no_tma(); }
 static inline void fence_async_shared() { no_tma(); }
+static inline void tma_prefetch_map(const CUtensorMap *) { no_tma(); }
+static inline void griddep_wait() {}
+static inline void griddep_launch_dependents() {}
 static inline void store16_evict_last(uint8_t *dst, uint4 v) { *reinterpret_cast<uint4 *>(dst) = v; }
 
 static inline uint32_t e4m3x2(float lo, float hi) {
