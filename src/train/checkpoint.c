@@ -13,7 +13,9 @@
 #include "train/file_io.h"
 
 static const char checkpoint_magic[8] = {'B', 'F', 'P', '8', 'C', 'K', 'P', 'T'};
-enum { CHECKPOINT_VERSION = 1, HEADER_BYTES = 136 };
+/* Version 2 adds the number of data-parallel ranks (u32 at 132, the CRC moves
+ * to 136); version 1 files still load, as runs of one rank. */
+enum { CHECKPOINT_VERSION = 2, HEADER_BYTES = 140, HEADER_BYTES_V1 = 136 };
 
 
 static void encode_header(uint8_t *h, const checkpoint_info *info) {
@@ -42,10 +44,11 @@ static void encode_header(uint8_t *h, const checkpoint_info *info) {
     put_u32(h + 108, info->seq);
     put_u32(h + 112, info->grad_accum);
     memcpy(h + 116, info->model_name, 15);
-    put_u32(h + 132, crc32_update(0, h, 132));
+    put_u32(h + 132, info->ranks);
+    put_u32(h + 136, crc32_update(0, h, 136));
 }
 
-static void decode_header(const uint8_t *h, checkpoint_info *info) {
+static void decode_header(const uint8_t *h, uint32_t version, checkpoint_info *info) {
     memset(info, 0, sizeof *info);
     model_config *c = &info->config;
     c->vocab_size = (int32_t)get_u32(h + 16);
@@ -69,6 +72,7 @@ static void decode_header(const uint8_t *h, checkpoint_info *info) {
     info->grad_accum = get_u32(h + 112);
     memcpy(info->model_name, h + 116, 15);
     info->model_name[15] = 0;
+    info->ranks = version >= 2 ? get_u32(h + 132) : 1;
 }
 
 bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const model *m) {
@@ -111,17 +115,18 @@ bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const
 
 static bfp8_status read_header(FILE *fp, const char *path, checkpoint_info *info) {
     uint8_t h[HEADER_BYTES];
-    const size_t got = fread(h, 1, sizeof h, fp);
+    const size_t got = fread(h, 1, 16, fp);
     if (got < 16 || memcmp(h, checkpoint_magic, 8) != 0)
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': not a blockfp8 checkpoint", path);
-    if (get_u32(h + 8) != CHECKPOINT_VERSION || get_u32(h + 12) != HEADER_BYTES)
-        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': version %u, this build reads version %d",
-                         path, get_u32(h + 8), CHECKPOINT_VERSION);
-    if (got != sizeof h)
+    const uint32_t version = get_u32(h + 8), header_bytes = get_u32(h + 12);
+    if (!(version == 2 && header_bytes == HEADER_BYTES) && !(version == 1 && header_bytes == HEADER_BYTES_V1))
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': version %u, this build reads versions 1 and %d",
+                         path, version, CHECKPOINT_VERSION);
+    if (fread(h + 16, 1, header_bytes - 16, fp) != header_bytes - 16)
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': truncated header", path);
-    if (crc32_update(0, h, 132) != get_u32(h + 132))
+    if (crc32_update(0, h, header_bytes - 4) != get_u32(h + header_bytes - 4))
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': header checksum mismatch (corrupt file)", path);
-    decode_header(h, info);
+    decode_header(h, version, info);
     bfp8_status st = model_config_validate(&info->config);
     if (st != BFP8_OK) {
         char cause[512]; /* bfp8_fail overwrites what bfp8_last_error() points to */
@@ -129,7 +134,7 @@ static bfp8_status read_header(FILE *fp, const char *path, checkpoint_info *info
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': bad model shape: %s", path, cause);
     }
     if (info->num_params != (uint64_t)model_config_num_params(&info->config) ||
-        bfp8_recipe_name(info->recipe) == NULL)
+        bfp8_recipe_name(info->recipe) == NULL || info->ranks < 1)
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': inconsistent header", path);
     return BFP8_OK;
 }

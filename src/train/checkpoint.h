@@ -3,12 +3,13 @@
  * bit for bit (model shape, fp32 weights, AdamW moments, step, the data
  * sampler's state), written atomically.
  *
- * File (little-endian): a 136-byte header
+ * File (little-endian): a 140-byte header
  *   "BFP8CKPT", u32 version, u32 header bytes, model config (6 x u32,
  *   2 x f32), u32 recipe, u32 tokenizer fingerprint, u64 step, u64 seed,
  *   u64 sampler state, u64 windows drawn, u64 parameter count, u64 total
  *   steps, u32 batch, u32 seq, u32 grad accum, char model name[16],
- *   u32 CRC-32 of the header
+ *   u32 data-parallel ranks, u32 CRC-32 of the header (version 2; version
+ *   1 had no ranks and a 136-byte header, and still loads as one rank)
  * then params, AdamW m, AdamW v (3 x count fp32) and a u32 CRC-32 of them.
  */
 #ifndef BFP8_TRAIN_CHECKPOINT_H
@@ -28,8 +29,9 @@ typedef struct checkpoint_info {
     uint64_t sampler_state, windows_drawn;
     uint64_t num_params;
     uint64_t total_steps;
-    uint32_t batch, seq, grad_accum;
+    uint32_t batch, seq, grad_accum; /* batch: sequences per rank and micro-batch */
     char model_name[16];
+    uint32_t ranks; /* data-parallel ranks (the global batch is batch x ranks) */
 } checkpoint_info;
 
 /* Write m's parameters and optimizer state under path (atomically). */

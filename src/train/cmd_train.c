@@ -15,7 +15,7 @@ int cmd_train(int argc, char **argv) {
     cli_option options[] = {
         {"model", CLI_STRING, &o.model_name, "NAME", "model preset: tiny (default), small, medium, large, 1b", 0},
         {"recipe", CLI_STRING, &o.recipe_name, "NAME", "bf16, fp8-blockwise (default), fp8-blockwise-bf16wgrad", 0},
-        {"device", CLI_STRING, &o.device, "NAME", "cpu (default) or cuda (not yet supported by the trainer)", 0},
+        {"device", CLI_STRING, &o.device, "NAME", "cpu (default) or cuda (device 0; with --data-parallel, device r for rank r)", 0},
         {"data", CLI_STRING, &o.data_path, "FILE", "training text (default data/corpus.txt, from scripts/prepare_corpus.sh)", 0},
         {"tokenizer", CLI_STRING, &o.tokenizer_path, "FILE", "BPE tokenizer; trained on --data and saved here if missing (default data/tokenizer-<vocab>.bin)", 0},
         {"vocab-size", CLI_INT, &o.vocab_size, "N", "vocabulary when a tokenizer is trained (default: the preset's)", 0},
@@ -39,12 +39,14 @@ int cmd_train(int argc, char **argv) {
         {"metrics", CLI_STRING, &o.metrics_path, "FILE", "JSON-lines metrics (default <checkpoint-dir>/metrics.jsonl)", 0},
         {"log-every", CLI_INT, &o.log_every, "N", "progress line every N steps when stdout is not a terminal (default 10)", 0},
         {"threads", CLI_INT, &o.threads, "N", "CPU threads (default: all)", 0},
+        {"data-parallel", CLI_INT, &o.data_parallel, "N", "N ranks (processes) on this machine, each with --batch sequences of every micro-batch, gradients averaged: cuda over NCCL, cpu over shared memory (resume: as the checkpoint had it)", 0},
         {"tf32", CLI_FLAG, &o.tf32, NULL, "--device cuda: attention and output-head products in TF32 (default exact fp32)", 0},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "N", "tokens to generate at the end, 0 = none (default 200)", 0},
         {"prompt", CLI_STRING, &o.prompt, "TEXT", "prompt of the final sample (default a newline)", 0},
         {"temperature", CLI_FLOAT, &o.temperature, "X", "sampling temperature, 0 = greedy (default 0.8)", 0},
         {"top-k", CLI_INT, &o.top_k, "N", "sample among the N likeliest tokens, 0 = all (default 40)", 0},
         {"inject-nonfinite", CLI_INT, &o.inject_nonfinite_at, "STEP", "testing: put a NaN into a weight at STEP", 0},
+        {"inject-rank-exit", CLI_INT, &o.inject_rank_exit_at, "STEP", "testing: with --data-parallel, the last rank exits abruptly at STEP", 0},
     };
     const char *positional[1];
     int num_positional;
@@ -52,7 +54,7 @@ int cmd_train(int argc, char **argv) {
                                  &num_positional);
     if (parsed == 2) {
         cli_print_help(stdout, "blockfp8 train [options]",
-                       "Train a Llama-style decoder on a text corpus, on the CPU. Linear layers run "
+                       "Train a Llama-style decoder on a text corpus, on the CPU or CUDA GPUs. Linear layers run "
                        "in the chosen recipe\n(RECIPE.md section 7); everything else in fp32.",
                        options, COUNT(options));
         return 0;
@@ -64,5 +66,6 @@ int cmd_train(int argc, char **argv) {
     o.steps_given = cli_find(options, COUNT(options), "steps")->seen;
     o.accum_given = cli_find(options, COUNT(options), "grad-accum")->seen;
     o.seed_given = cli_find(options, COUNT(options), "seed")->seen;
+    o.data_parallel_given = cli_find(options, COUNT(options), "data-parallel")->seen;
     return train_run(&o);
 }

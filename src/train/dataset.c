@@ -99,11 +99,17 @@ static void copy_window(const token_dataset *d, size_t start, int32_t *inputs, i
 
 void dataset_next_batch(const token_dataset *d, batch_sampler *s, int64_t batch, int32_t *inputs,
                         int32_t *targets) {
+    dataset_next_batch_part(d, s, batch, 0, batch, inputs, targets);
+}
+
+void dataset_next_batch_part(const token_dataset *d, batch_sampler *s, int64_t batch, int64_t first,
+                             int64_t count, int32_t *inputs, int32_t *targets) {
     const size_t span = d->block_tokens - ((size_t)d->seq + 1) + 1; /* offsets that fit */
     for (int64_t b = 0; b < batch; ++b) {
         const size_t block = d->train_blocks[rng_below(&s->rng, d->num_train_blocks)];
         const size_t offset = (size_t)rng_below(&s->rng, span);
-        copy_window(d, block + offset, inputs + b * d->seq, targets + b * d->seq);
+        if (b >= first && b < first + count)
+            copy_window(d, block + offset, inputs + (b - first) * d->seq, targets + (b - first) * d->seq);
         s->windows_drawn++;
     }
 }

@@ -46,6 +46,11 @@ batch_sampler batch_sampler_start(uint64_t seed);
 /* inputs, targets: batch x seq. */
 void dataset_next_batch(const token_dataset *d, batch_sampler *s, int64_t batch, int32_t *inputs,
                         int32_t *targets);
+/* Draw a batch of `batch` windows like dataset_next_batch, but keep only
+ * windows [first, first + count) (inputs, targets: count x seq): a rank's
+ * share of a data-parallel batch, the sampler advancing as for the whole. */
+void dataset_next_batch_part(const token_dataset *d, batch_sampler *s, int64_t batch, int64_t first,
+                             int64_t count, int32_t *inputs, int32_t *targets);
 /* Validation window w (< num_val_windows). */
 void dataset_val_window(const token_dataset *d, size_t w, int32_t *inputs, int32_t *targets);
 

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -18,6 +19,7 @@
 #include "model/adamw.h"
 #include "model/model.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/dataset.h"
 #include "train/file_io.h"
 #include "train/lr_schedule.h"
@@ -57,10 +59,12 @@ void train_options_init(train_options *o) {
     o->log_every = 10;
     o->stop_at = -1;
     o->inject_nonfinite_at = -1;
+    o->inject_rank_exit_at = -1;
     o->sample_tokens = 200;
     o->top_k = 40;
     o->threads = 0;
     o->seed = 1337;
+    o->data_parallel = -1;
     o->lr = o->min_lr = NAN;
     o->weight_decay = 0.1f;
     o->clip = 1.0f;
@@ -84,6 +88,11 @@ typedef struct run_state {
     int32_t *inputs, *targets;
     char checkpoint_path[4200];
     int64_t checkpoint_step; /* step of the checkpoint on disk, -1: none */
+    /* data parallel (--data-parallel): this process is rank `rank` of `world`
+     * (0 of 1 without it); rank 0 prints, writes metrics and checkpoints */
+    int data_parallel;
+    dp_group dp;
+    int rank, world;
 } run_state;
 
 static int report_failure(run_state *r, const char *fmt, ...)
@@ -101,7 +110,9 @@ static int report_failure(run_state *r, const char *fmt, ...) {
     va_start(args, fmt);
     vsnprintf(msg, sizeof msg, fmt, args);
     va_end(args);
-    if (r->checkpoint_step >= 0)
+    if (r->rank > 0)
+        fprintf(stderr, "blockfp8 train: rank %d: %s\n", r->rank, msg);
+    else if (r->checkpoint_step >= 0)
         fprintf(stderr, "blockfp8 train: %s; stopped. The last checkpoint, %s (step %lld), is intact.\n",
                 msg, r->checkpoint_path, (long long)r->checkpoint_step);
     else
@@ -158,19 +169,24 @@ static bfp8_status load_or_train_tokenizer(run_state *r, int64_t vocab) {
     return BFP8_OK;
 }
 
+/* The mean loss over eval_batches x batch x world validation windows (all
+ * there are, if fewer); with data parallelism each rank takes a contiguous
+ * share and the sums meet in rank order. */
 static bfp8_status evaluate(run_state *r, int64_t batch, int64_t seq, double *mean_loss) {
-    const size_t windows = (size_t)(r->o->eval_batches * batch) < r->data.num_val_windows
-                               ? (size_t)(r->o->eval_batches * batch)
-                               : r->data.num_val_windows;
+    const size_t wanted = (size_t)(r->o->eval_batches * batch * r->world);
+    const size_t windows = wanted < r->data.num_val_windows ? wanted : r->data.num_val_windows;
+    const size_t lo = windows * (size_t)r->rank / (size_t)r->world;
+    const size_t hi = windows * (size_t)(r->rank + 1) / (size_t)r->world;
     double total = 0.0;
-    for (size_t w0 = 0; w0 < windows; w0 += (size_t)batch) {
-        const int64_t b = (int64_t)(windows - w0 < (size_t)batch ? windows - w0 : (size_t)batch);
+    for (size_t w0 = lo; w0 < hi; w0 += (size_t)batch) {
+        const int64_t b = (int64_t)(hi - w0 < (size_t)batch ? hi - w0 : (size_t)batch);
         for (int64_t i = 0; i < b; ++i)
             dataset_val_window(&r->data, w0 + (size_t)i, r->inputs + i * seq, r->targets + i * seq);
         double loss;
         BFP8_TRY(model_forward(r->m, r->inputs, r->targets, b, seq, &loss));
         total += loss * (double)b;
     }
+    if (r->data_parallel) dp_sum_scalars(&r->dp, &total, 1);
     *mean_loss = total / (double)windows;
     return BFP8_OK;
 }
@@ -207,7 +223,8 @@ static bfp8_status save_checkpoint(run_state *r, int64_t step, int64_t total_ste
                             .total_steps = (uint64_t)total_steps,
                             .batch = (uint32_t)batch,
                             .seq = (uint32_t)seq,
-                            .grad_accum = (uint32_t)accum};
+                            .grad_accum = (uint32_t)accum,
+                            .ranks = (uint32_t)r->world};
     snprintf(info.model_name, sizeof info.model_name, "%s", r->preset->name);
     BFP8_TRY(checkpoint_save(r->checkpoint_path, &info, r->m));
     r->checkpoint_step = step;
@@ -278,6 +295,7 @@ static int resolve_options(run_state *r, checkpoint_info *resume_info, char *res
         if (!o->accum_given) o->grad_accum = resume_info->grad_accum;
         if (!o->steps_given) o->steps = (int64_t)resume_info->total_steps;
         if (!o->seed_given) o->seed = (int64_t)resume_info->seed;
+        if (!o->data_parallel_given && resume_info->ranks > 1) o->data_parallel = resume_info->ranks;
     }
     if (!o->resume && !o->overwrite) { /* never replace another run's checkpoint by surprise */
         char existing[4200];
@@ -329,6 +347,11 @@ static int resolve_options(run_state *r, checkpoint_info *resume_info, char *res
                     (long long)ranges[i].min, (long long)ranges[i].value);
             return 1;
         }
+    if (o->data_parallel != -1 && (o->data_parallel < 1 || o->data_parallel > DP_MAX_RANKS)) {
+        fprintf(stderr, "blockfp8 train: --data-parallel must be between 1 and %d (got %lld)\n", DP_MAX_RANKS,
+                (long long)o->data_parallel);
+        return 1;
+    }
     if (o->seq > r->preset->config.max_seq) {
         fprintf(stderr, "blockfp8 train: --seq %lld exceeds the %s model's %d\n", (long long)o->seq,
                 r->preset->name, r->preset->config.max_seq);
@@ -345,6 +368,7 @@ static int resolve_options(run_state *r, checkpoint_info *resume_info, char *res
 
 static void release(run_state *r) {
     metrics_close(&r->metrics);
+    if (r->data_parallel) dp_close(&r->dp);
     model_destroy(r->m);
     dataset_free(&r->data);
     bpe_free(&r->tok);
@@ -367,21 +391,14 @@ int train_run(train_options *o) {
                         sizeof tokenizer_path, checkpoint_dir, sizeof checkpoint_dir, metrics_path,
                         sizeof metrics_path))
         return 1;
-#ifdef _OPENMP
-    if (o->threads > 0) omp_set_num_threads((int)o->threads);
-    const int threads = omp_get_max_threads();
-#else
-    const int threads = 1;
-#endif
     progress_init(&r.progress, o->log_every);
     int rc = 1;
     const int on_gpu = strcmp(o->device, "cuda") == 0;
-    if (on_gpu && bfp8_cuda_device_count() < 1) {
+    r.world = 1;
+    r.data_parallel = o->data_parallel > 0;
+    /* (data parallel: each rank checks, after the fork; CUDA must not start before it) */
+    if (on_gpu && !r.data_parallel && bfp8_cuda_device_count() < 1) {
         report_failure(&r, "--device cuda: no usable CUDA device (or a build without CUDA)");
-        goto done;
-    }
-    if (bfp8_context_create(&r.ctx, on_gpu ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, 0) != BFP8_OK) {
-        report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
     const int64_t vocab_wanted = o->vocab_size > 0 ? o->vocab_size : r.preset->config.vocab_size;
@@ -390,6 +407,47 @@ int train_run(train_options *o) {
         goto done;
     }
     if (dataset_load(&r.data, o->data_path, &r.tok, o->seq) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
+    if (r.data_parallel) {
+        /* the ranks inherit the tokenizer and the data; this process supervises them */
+        int exit_code;
+        const int who = dp_launch(&r.dp, (int)o->data_parallel, &exit_code);
+        if (who != 0) {
+            r.data_parallel = 0; /* nothing of the group is left to release here */
+            if (who < 0) report_failure(&r, "%s", bfp8_last_error());
+            else rc = exit_code;
+            goto done;
+        }
+        r.rank = r.dp.rank;
+        r.world = r.dp.world;
+        if (r.rank > 0 && !freopen("/dev/null", "w", stdout)) {
+            report_failure(&r, "cannot silence stdout");
+            goto done;
+        }
+        if (on_gpu) {
+            const int devices = bfp8_cuda_device_count();
+            if (devices < r.world && r.rank == 0)
+                report_failure(&r, "--data-parallel %d --device cuda: %d ranks need %d CUDA devices, this "
+                                   "machine has %d", r.world, r.world, r.world, devices);
+            dp_barrier(&r.dp); /* rank 0 has said why before anyone leaves */
+            if (devices < r.world) goto done;
+        }
+    }
+#ifdef _OPENMP
+    if (o->threads > 0) {
+        omp_set_num_threads((int)o->threads);
+    } else if (r.world > 1 && !on_gpu) { /* the cores shared among the ranks */
+        const int share = omp_get_num_procs() / r.world;
+        omp_set_num_threads(share > 0 ? share : 1);
+    }
+    const int threads = omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    if (bfp8_context_create(&r.ctx, on_gpu ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, on_gpu ? r.rank : 0) !=
+        BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
@@ -420,7 +478,7 @@ int train_run(train_options *o) {
         report_failure(&r, "out of memory");
         goto done;
     }
-    if (make_directories(o->checkpoint_dir) != BFP8_OK) {
+    if (r.rank == 0 && make_directories(o->checkpoint_dir) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
@@ -445,13 +503,25 @@ int train_run(train_options *o) {
             goto done;
         }
     }
-    if (metrics_open(&r.metrics, o->metrics_path, o->resume != NULL) != BFP8_OK) {
+    if (r.data_parallel) { /* every rank starts from rank 0's weights */
+        if (dp_connect(&r.dp, r.ctx, r.m->num_params) != BFP8_OK ||
+            dp_broadcast(&r.dp, r.m->params, r.m->num_params) != BFP8_OK || model_sync_weights(r.m) != BFP8_OK) {
+            report_failure(&r, "%s", bfp8_last_error());
+            goto done;
+        }
+    }
+    if (r.rank == 0 && metrics_open(&r.metrics, o->metrics_path, o->resume != NULL) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
-    char where[64];
-    if (on_gpu)
+    char where[96];
+    if (on_gpu && r.data_parallel)
+        snprintf(where, sizeof where, "data parallel over cuda devices 0-%d (NCCL)%s", r.world - 1,
+                 o->tf32 ? ", tf32 products" : "");
+    else if (on_gpu)
         snprintf(where, sizeof where, "cuda device 0%s", o->tf32 ? ", tf32 products" : "");
+    else if (r.data_parallel)
+        snprintf(where, sizeof where, "data parallel over %d cpu processes x %d threads", r.world, threads);
     else
         snprintf(where, sizeof where, "cpu x %d threads", threads);
     printf("model: %s, %.2fM params (dim %d, %d layers, %d heads, ffn %d, vocab %d), recipe %s, %s\n",
@@ -462,9 +532,11 @@ int train_run(train_options *o) {
            o->data_path, (double)r.data.text_bytes / 1e6, r.data.num_tokens,
            (double)r.data.text_bytes / (double)r.data.num_tokens, r.data.num_train_blocks,
            r.data.num_val_windows);
-    printf("run: %lld steps x %lld x %lld tokens x %lld accum, lr %.2g (warmup %lld, cosine to "
+    char ranks[32] = "";
+    if (r.data_parallel) snprintf(ranks, sizeof ranks, " x %d ranks", r.world);
+    printf("run: %lld steps x %lld x %lld tokens x %lld accum%s, lr %.2g (warmup %lld, cosine to "
            "%.2g), wd %.2g, clip %.2g, seed %lld; memory %.0f MB; checkpoints %s\n",
-           (long long)o->steps, (long long)o->batch, (long long)o->seq, (long long)o->grad_accum,
+           (long long)o->steps, (long long)o->batch, (long long)o->seq, (long long)o->grad_accum, ranks,
            o->lr, (long long)o->warmup, o->min_lr, o->weight_decay, o->clip, (long long)o->seed,
            (double)(model_param_arena_bytes(r.m) + model_activation_arena_bytes(r.m)) / 1e6,
            r.checkpoint_path);
@@ -472,10 +544,10 @@ int train_run(train_options *o) {
     metrics_write(&r.metrics, "run",
                   "\"model\":\"%s\",\"recipe\":\"%s\",\"params\":%zu,\"steps\":%lld,\"batch\":%lld,"
                   "\"seq\":%lld,\"grad_accum\":%lld,\"lr\":%g,\"seed\":%lld,\"start_step\":%lld,"
-                  "\"threads\":%d",
+                  "\"threads\":%d,\"ranks\":%d",
                   r.preset->name, bfp8_recipe_name(r.recipe), r.m->num_params, (long long)o->steps,
                   (long long)o->batch, (long long)o->seq, (long long)o->grad_accum, o->lr,
-                  (long long)o->seed, (long long)start_step, threads);
+                  (long long)o->seed, (long long)start_step, threads, r.world);
     rc = train_loop(&r, start_step);
 done:
     release(&r);
@@ -489,7 +561,7 @@ static int train_loop(run_state *r, int64_t start_step) {
     model *m = r->m;
     const int64_t B = o->batch, T = o->seq, A = o->grad_accum;
     const int64_t last_step = o->stop_at > 0 && o->stop_at < o->steps ? o->stop_at : o->steps;
-    const int64_t tokens_per_step = B * T * A;
+    const int64_t tokens_per_step = B * T * A * r->world;
     const adamw_hparams base = {.lr = o->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                 .weight_decay = o->weight_decay};
     double train_seconds = 0.0, last_loss = NAN;
@@ -505,10 +577,16 @@ static int train_loop(run_state *r, int64_t start_step) {
                 model_sync_weights(m) != BFP8_OK)
                 return report_failure(r, "%s", bfp8_last_error());
         }
+        if (step == o->inject_rank_exit_at && r->world > 1 && r->rank == r->world - 1) { /* a test hook */
+            fprintf(stderr, "blockfp8 train: rank %d: leaving at step %lld (--inject-rank-exit)\n", r->rank,
+                    (long long)step);
+            _exit(3); /* as a crash would: no goodbye to the other ranks */
+        }
         double loss_sum = 0.0;
         for (int64_t micro = 0; micro < A; ++micro) {
             double loss;
-            dataset_next_batch(&r->data, &r->sampler, B, r->inputs, r->targets);
+            /* this rank's share of the global batch (every rank draws all of it) */
+            dataset_next_batch_part(&r->data, &r->sampler, B * r->world, B * r->rank, B, r->inputs, r->targets);
             if (model_forward(m, r->inputs, r->targets, B, T, &loss) != BFP8_OK ||
                 model_check_nonfinite(m) != BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
@@ -519,6 +597,12 @@ static int train_loop(run_state *r, int64_t start_step) {
                 model_check_nonfinite(m) != BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
             loss_sum += loss;
+        }
+        if (r->data_parallel) { /* the mean gradient and loss over the ranks */
+            if (dp_allreduce_mean(&r->dp, m->grads, m->num_params) != BFP8_OK)
+                return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
+            dp_sum_scalars(&r->dp, &loss_sum, 1);
+            loss_sum /= (double)r->world;
         }
         double grad_norm;
         if (model_gradient_norm(m, &grad_norm) != BFP8_OK)
@@ -557,7 +641,7 @@ static int train_loop(run_state *r, int64_t start_step) {
             printf("step %5lld | val_loss %.4f | train_loss %.4f\n", (long long)step, val_loss, last_loss);
             metrics_write(&r->metrics, "val", "\"step\":%lld,\"val_loss\":%.6f", (long long)step, val_loss);
         }
-        if ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || step == last_step) {
+        if (r->rank == 0 && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || step == last_step)) {
             if (save_checkpoint(r, step, o->steps, B, T, A) != BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
         }
@@ -567,7 +651,7 @@ static int train_loop(run_state *r, int64_t start_step) {
         printf("done: %lld steps in %.1f s, %.0f tokens/s, final train loss %.4f; checkpoint %s\n",
                (long long)steps_timed, train_seconds,
                (double)(tokens_per_step * steps_timed) / train_seconds, last_loss, r->checkpoint_path);
-    if (o->sample_tokens > 0) {
+    if (o->sample_tokens > 0 && r->rank == 0) {
         int32_t *prompt = malloc((strlen(o->prompt) + 1) * sizeof *prompt);
         size_t prompt_len = 0;
         if (!prompt) return report_failure(r, "out of memory");

@@ -22,12 +22,14 @@ typedef struct train_options {
     /* -1 (or NAN for floats) means "the preset's default" */
     int64_t steps, batch, seq, grad_accum, warmup, vocab_size;
     int64_t eval_every, eval_batches, checkpoint_every, log_every;
-    int64_t stop_at, inject_nonfinite_at, sample_tokens, top_k, threads, seed;
+    int64_t stop_at, inject_nonfinite_at, inject_rank_exit_at, sample_tokens, top_k, threads, seed;
     float lr, min_lr, weight_decay, clip, temperature;
     /* which options were given on the command line (resume keeps the others) */
     int model_given, batch_given, seq_given, steps_given, accum_given, seed_given;
     int overwrite; /* a fresh run may replace <checkpoint_dir>/checkpoint.bin */
     int tf32;      /* --device cuda: attention and head products in TF32 */
+    int64_t data_parallel; /* ranks (worker processes); -1: none, one process */
+    int data_parallel_given;
 } train_options;
 
 /* Everything unset: the preset fills it in. */

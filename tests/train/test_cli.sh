@@ -13,8 +13,16 @@
 #            resumed on the GPU is bit-identical to an uninterrupted one, its
 #            losses track the CPU's, a CPU checkpoint resumes on the GPU, and
 #            a NaN weight is caught as on the CPU
+#   dp       --data-parallel on the CPU: one rank is bit-identical to no data
+#            parallelism; 2 ranks x batch 1 track 1 rank x batch 2; a 2-rank
+#            run stopped and resumed (the ranks from the checkpoint) is
+#            bit-identical to an uninterrupted one; a rank that dies stops
+#            the others (no hang), a NaN stops every rank, bad values refused
+#   dp_cuda  --data-parallel --device cuda over NCCL (exit 77 without a GPU):
+#            one rank bit-identical to the plain GPU run; with 2 GPUs, the
+#            checks of `dp` on the GPUs
 #
-#   bash tests/train/test_cli.sh build/tools/blockfp8 [resume|bad|tools|cuda]
+#   bash tests/train/test_cli.sh build/tools/blockfp8 [resume|bad|tools|cuda|dp|dp_cuda]
 #   (ctest runs each group as train_cli_<group>)
 set -uo pipefail
 
@@ -249,8 +257,84 @@ test_cuda() {
     fi
 }
 
+# ---------------------------------------------------------------------------
+# The data-parallel checks on one device kind: $1 = cpu or cuda.
+data_parallel_checks() {
+    local kind="$1" dev=(--device "$1") tag="$1"
+    expect_ok "$tag: plain run, 4 steps" train "${common[@]}" "${dev[@]}" --steps 4 --checkpoint-dir "${tag}plain" || return
+    expect_ok "$tag: --data-parallel 1, 4 steps" train "${common[@]}" "${dev[@]}" --data-parallel 1 --steps 4 \
+        --checkpoint-dir "${tag}dp1" || return
+    grep -qF "data parallel over" out.txt || fail "$tag: the banner does not say data parallel: $(head -n 3 out.txt)"
+    same_file "$tag: one rank is bit-identical to no data parallelism" "${tag}plain/checkpoint.bin" "${tag}dp1/checkpoint.bin"
+    [[ $kind == cuda && ${gpus:-0} -lt 2 ]] && { echo "SKIP: 2-rank GPU checks: ${gpus:-0} GPU(s) here"; return; }
+    local one=(--batch 2) two=(--batch 1 --data-parallel 2)
+    expect_ok "$tag: 1 rank x batch 2, 6 steps" train "${common[@]}" "${dev[@]}" "${one[@]}" --steps 6 \
+        --checkpoint-dir "${tag}b2" || return
+    expect_ok "$tag: 2 ranks x batch 1, 6 steps" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 \
+        --checkpoint-dir "${tag}r2" || return
+    grep -qF "x 2 ranks" out.txt || fail "$tag: the run line does not say 2 ranks: $(grep '^run:' out.txt)"
+    checks=$((checks + 1))
+    local worst
+    worst=$(paste <(losses "${tag}b2/metrics.jsonl") <(losses "${tag}r2/metrics.jsonl") |
+            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
+    if [[ $(losses "${tag}r2/metrics.jsonl" | wc -l) -eq 6 ]] && awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
+        echo "ok   $tag: 2 ranks x batch 1 track 1 rank x batch 2 (worst relative loss gap $worst)"
+    else
+        fail "$tag: 2 ranks drift from 1 rank with the same global batch: worst gap $worst"
+    fi
+    expect_ok "$tag: 2 ranks stopped at step 3" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 --stop-at 3 \
+        --checkpoint-dir "${tag}r2part" || return
+    expect_ok "$tag: resumed (ranks from the checkpoint)" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
+        --eval-every 2 --eval-batches 1 --threads 2 "${dev[@]}" --checkpoint-dir "${tag}r2part" --resume || return
+    grep -qF "x 2 ranks" out.txt || fail "$tag: the resumed run is not on 2 ranks: $(grep '^run:' out.txt)"
+    same_file "$tag: 2 ranks resumed bit-identical to uninterrupted" "${tag}r2/checkpoint.bin" "${tag}r2part/checkpoint.bin"
+    cp "${tag}r2/checkpoint.bin" "${tag}r2ref.bin"
+    checks=$((checks + 1))
+    local t0=$SECONDS
+    timeout 60 "$bin" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 8 --checkpoint-dir "${tag}r2" --resume \
+        --inject-rank-exit 7 >out.txt 2>err.txt
+    local rc=$?
+    if [[ $rc -eq 1 ]] && grep -qF "rank 1 failed (exit code 3); the other ranks were stopped" err.txt; then
+        echo "ok   $tag: a rank that dies stops the others (rc 1 after $((SECONDS - t0)) s)"
+    else
+        fail "$tag: a dying rank: rc $rc (124 = hung), stderr: $(cat err.txt)"
+    fi
+    same_file "$tag: the checkpoint is untouched after a rank died" "${tag}r2ref.bin" "${tag}r2/checkpoint.bin"
+    expect_fail "$tag: NaN weight on 2 ranks" "non-finite value (NaN/Inf) in layer 0 attn.qkv" \
+        train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 8 --checkpoint-dir "${tag}r2" --resume --inject-nonfinite 7
+}
+
+test_data_parallel() {
+    data_parallel_checks cpu
+    expect_fail "--data-parallel 0" "--data-parallel must be between 1 and 64 (got 0)" \
+        train "${common[@]}" --data-parallel 0 --checkpoint-dir dpbad
+    local have
+    have=$("$bin" train "${common[@]}" --device cuda --steps 1 --checkpoint-dir probe 2>&1 >/dev/null |
+           grep -c "no usable CUDA device")
+    if [[ $have -gt 0 ]]; then
+        expect_fail "--data-parallel 2 --device cuda without GPUs" "2 ranks need 2 CUDA devices, this machine has 0" \
+            train "${common[@]}" --device cuda --data-parallel 2 --checkpoint-dir dpbad
+    fi
+}
+
+test_data_parallel_cuda() {
+    "$bin" train "${common[@]}" --device cuda --steps 1 --checkpoint-dir probe >out.txt 2>err.txt
+    if grep -qF "no usable CUDA device" err.txt; then
+        echo "SKIP: no CUDA device"
+        exit 77
+    fi
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+    data_parallel_checks cuda
+    if [[ $gpus -lt 8 ]]; then
+        expect_fail "--data-parallel $((gpus + 1)) on $gpus GPU(s)" "ranks need $((gpus + 1)) CUDA devices, this machine has $gpus" \
+            train "${common[@]}" --device cuda --data-parallel $((gpus + 1)) --checkpoint-dir dpbad
+    fi
+}
+
 case "$group" in
     cuda) test_cuda ;;
+    dp) test_data_parallel ;;
+    dp_cuda) test_data_parallel_cuda ;;
     resume) test_resume ;;
     bad) test_bad_input ;;
     tools) test_tools ;;

@@ -91,6 +91,24 @@ int main(void) {
     dataset_next_batch(&d, &saved, BATCH, in2, tg2);
     CHECK(memcmp(in, in2, sizeof in) == 0 && saved.windows_drawn == s1.windows_drawn,
           "a sampler restored from its state must continue identically");
+
+    /* Data parallelism: the ranks' parts of a batch, each drawn by its own
+     * copy of the sampler, are the whole batch in rank order, and every copy
+     * ends where the whole draw ends. */
+    {
+        enum { kRanks = 2, kPart = BATCH / kRanks };
+        batch_sampler whole = saved, part[kRanks];
+        dataset_next_batch(&d, &whole, BATCH, in, tg);
+        for (int r = 0; r < kRanks; ++r) {
+            part[r] = saved;
+            dataset_next_batch_part(&d, &part[r], BATCH, r * kPart, kPart, in2 + r * kPart * SEQ,
+                                    tg2 + r * kPart * SEQ);
+            CHECK(part[r].rng.state == whole.rng.state && part[r].windows_drawn == whole.windows_drawn,
+                  "rank %d's sampler must advance as the whole batch's", r);
+        }
+        CHECK(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0,
+              "the ranks' parts must be the whole batch in rank order");
+    }
     dataset_free(&d);
 
     /* Too few tokens for both splits. */
