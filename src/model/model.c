@@ -58,7 +58,8 @@ static void plan_activations(model *m, arena_plan *a) {
     }
     for (int64_t l = 0; l < L; ++l) {
         float *mid = take_floats(a, M * D), *ar = take_floats(a, M), *mr = take_floats(a, M);
-        float *qkv = take_floats(a, M * 3 * D), *pr = take_floats(a, B * c->n_heads * T * T);
+        const int64_t probs = m->options.flash_attention ? B * c->n_heads * T + M * D : B * c->n_heads * T * T;
+        float *qkv = take_floats(a, M * 3 * D), *pr = take_floats(a, probs);
         float *gu = take_floats(a, M * 2 * F);
         if (a->base) {
             act->residual_mid[l] = mid;
@@ -77,7 +78,9 @@ static void plan_activations(model *m, arena_plan *a) {
     act->grad_a = take_floats(a, M * W);
     act->grad_b = take_floats(a, M * W);
     act->grad_residual = take_floats(a, M * D);
-    act->attn_scratch = take_floats(a, attention_scratch_floats(B, T, c->n_heads, D / c->n_heads));
+    act->attn_scratch = take_floats(a, m->options.flash_attention
+                                           ? flash_attention_scratch_floats(B, T, c->n_heads, D / c->n_heads)
+                                           : attention_scratch_floats(B, T, c->n_heads, D / c->n_heads));
     act->head_t = take_floats(a, D * V);
     act->tokens = arena_take(a, (size_t)M * sizeof(int32_t));
     act->targets = arena_take(a, (size_t)M * sizeof(int32_t));
@@ -175,14 +178,31 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
     m->options = *options;
     m->ctx = ctx;
     m->ops = model_ops_for(ctx);
-#if defined(BFP8_WITH_CUDA)
-    if (m->ops && m->ops != &model_ops_cpu) model_cuda_set_tf32(options->tf32);
-#endif
     if (!m->ops) {
         free(m);
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "model_create: this build has no model operations for "
                                                "the context's backend");
     }
+    if (options->flash_attention) {
+        const int64_t head_dim = config->dim / config->n_heads;
+        int supported = 0;
+#if defined(BFP8_WITH_CUDA)
+        supported = m->ops != &model_ops_cpu && model_cuda_flash_attention_supported(head_dim);
+#endif
+        if (!supported) {
+            const int on_cpu = m->ops == &model_ops_cpu;
+            free(m);
+            return bfp8_fail(BFP8_ERR_UNSUPPORTED, "model_create: flash attention runs on a CUDA device with "
+                                                   "head_dim 64 or 128 (this model: head_dim %lld%s)",
+                             (long long)head_dim, on_cpu ? ", on the CPU" : "");
+        }
+    }
+#if defined(BFP8_WITH_CUDA)
+    if (m->ops != &model_ops_cpu) {
+        model_cuda_set_tf32(options->tf32);
+        model_cuda_set_flash_attention(options->flash_attention);
+    }
+#endif
     const int L = config->n_layers;
     layout_params(m); /* counts the tensors */
     m->tensors = calloc((size_t)m->num_tensors, sizeof *m->tensors);

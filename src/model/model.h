@@ -30,6 +30,8 @@ typedef struct model_options {
     int64_t max_seq;   /* tokens per sequence, <= config.max_seq */
     int exact_linears; /* 1: fp32 linear layers, no bfp8_linear (gradient checks) */
     int tf32;          /* CUDA: the fp32 products (attention, head) in TF32 (model_cuda_set_tf32) */
+    int flash_attention; /* CUDA, head_dim 64 or 128: attention without stored probabilities, bf16
+                          * products (model_cuda_set_flash_attention) */
 } model_options;
 
 /* One parameter tensor: where it sits in the arena and whether AdamW decays it. */
@@ -51,7 +53,8 @@ typedef struct model_activations {
     float **residual_mid;  /* n_layers: after attention */
     float **attn_rstd, **mlp_rstd; /* n_layers of tokens */
     float **qkv;           /* n_layers of tokens x 3 dim (q, k after RoPE) */
-    float **probs;         /* n_layers of batch x heads x seq x seq */
+    float **probs;         /* n_layers of batch x heads x seq x seq (flash attention: of batch x heads x
+                            * seq log-sum-exps and a tokens x dim copy of the output) */
     float **gate_up;       /* n_layers of tokens x 2 ffn */
     float *final_rstd;     /* tokens */
     float *final_out;      /* tokens x dim */

@@ -77,6 +77,19 @@ void model_cuda_set_stream(void *cuda_stream);
  * (inputs rounded to 10 mantissa bits, fp32 accumulation); 0 (the default):
  * exact fp32 products, as on the CPU. */
 void model_cuda_set_tf32(int tf32);
+/* 1: attention with head_dim 64 or 128 runs flash style (bf16 tensor-core
+ * products, online softmax, no probabilities kept: flash_attention.cu); each
+ * layer's probs buffer then holds what backward needs instead (batch x heads
+ * x seq log-sum-exps and a copy of the output, sized so by model_create).
+ * Off by default. */
+void model_cuda_set_flash_attention(int on);
+int model_cuda_flash_attention_supported(int64_t head_dim);
+/* Floats of attention scratch flash attention needs: rowsum(dO * O) per row
+ * and bf16 head-major copies of q, k, v and dO. */
+static inline int64_t flash_attention_scratch_floats(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+    const int64_t rows = batch * heads * seq;
+    return (rows + 63) / 64 * 64 + 2 * rows * head_dim;
+}
 /* BFP8_OK, or the first CUDA / cuBLAS failure of an op since the last call
  * (the message through bfp8_last_error()); the kept failure is then cleared. */
 bfp8_status model_cuda_status(void);

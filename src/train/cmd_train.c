@@ -40,6 +40,7 @@ int cmd_train(int argc, char **argv) {
         {"log-every", CLI_INT, &o.log_every, "N", "progress line every N steps when stdout is not a terminal (default 10)", 0},
         {"threads", CLI_INT, &o.threads, "N", "CPU threads (default: all)", 0},
         {"data-parallel", CLI_INT, &o.data_parallel, "N", "N ranks (processes) on this machine, each with --batch sequences of every micro-batch, gradients averaged: cuda over NCCL, cpu over shared memory (resume: as the checkpoint had it)", 0},
+        {"flash-attention", CLI_FLAG, &o.flash_attention, NULL, "--device cuda, head_dim 64 or 128: attention without stored probabilities, its products in bf16 on the tensor cores (default: fp32 products, probabilities kept)", 0},
         {"tf32", CLI_FLAG, &o.tf32, NULL, "--device cuda: attention and output-head products in TF32 (default exact fp32)", 0},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "N", "tokens to generate at the end, 0 = none (default 200)", 0},
         {"prompt", CLI_STRING, &o.prompt, "TEXT", "prompt of the final sample (default a newline)", 0},

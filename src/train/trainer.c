@@ -253,6 +253,10 @@ static int resolve_options(run_state *r, checkpoint_info *resume_info, char *res
         fprintf(stderr, "blockfp8 train: --tf32 needs --device cuda\n");
         return 1;
     }
+    if (o->flash_attention && strcmp(o->device, "cuda") != 0) {
+        fprintf(stderr, "blockfp8 train: --flash-attention needs --device cuda\n");
+        return 1;
+    }
     if (bfp8_recipe_from_name(o->recipe_name, &r->recipe) != BFP8_OK) {
         fprintf(stderr, "blockfp8 train: unknown --recipe '%s' (bf16, fp8-blockwise, "
                         "fp8-blockwise-bf16wgrad)\n", o->recipe_name);
@@ -467,7 +471,7 @@ int train_run(train_options *o) {
         }
     }
     const model_options mopts = {.recipe = r.recipe, .max_batch = o->batch, .max_seq = o->seq,
-                                 .exact_linears = 0, .tf32 = o->tf32};
+                                 .exact_linears = 0, .tf32 = o->tf32, .flash_attention = o->flash_attention};
     if (model_create(&r.m, r.ctx, &config, &mopts) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
@@ -514,12 +518,13 @@ int train_run(train_options *o) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
-    char where[96];
+    char where[128];
     if (on_gpu && r.data_parallel)
-        snprintf(where, sizeof where, "data parallel over cuda devices 0-%d (NCCL)%s", r.world - 1,
-                 o->tf32 ? ", tf32 products" : "");
+        snprintf(where, sizeof where, "data parallel over cuda devices 0-%d (NCCL)%s%s", r.world - 1,
+                 o->tf32 ? ", tf32 products" : "", o->flash_attention ? ", flash attention" : "");
     else if (on_gpu)
-        snprintf(where, sizeof where, "cuda device 0%s", o->tf32 ? ", tf32 products" : "");
+        snprintf(where, sizeof where, "cuda device 0%s%s", o->tf32 ? ", tf32 products" : "",
+                 o->flash_attention ? ", flash attention" : "");
     else if (r.data_parallel)
         snprintf(where, sizeof where, "data parallel over %d cpu processes x %d threads", r.world, threads);
     else

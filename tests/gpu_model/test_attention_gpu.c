@@ -12,6 +12,9 @@
  * GPU leaves unwritten (or a read of scratch before it is written) fails the
  * comparison. Each case runs twice and the two results must agree bit for
  * bit: the products are cuBLAS fp32 GEMMs on one stream, which repeat exactly.
+ * Then the same in TF32 and, for head_dim 64 and 128, flash attention
+ * (flash_attention.cu: bf16 products, no probabilities kept; probs then holds
+ * its log-sum-exps and a copy of out, and only out and dqkv are compared).
  */
 #include <math.h>
 #include <string.h>
@@ -30,6 +33,10 @@
  * mantissa bits, ~5e-4 relative each): a bar that any indexing error would
  * still break by orders of magnitude. */
 #define TF32_TOLERANCE 2e-2
+/* Flash attention rounds q, k, v, dout and P to bf16 (8 mantissa bits, ~2e-3
+ * relative each) before its products; the error grows with the head size
+ * and the sums over the keys. An indexing error or a missing mask is O(1). */
+#define FLASH_TOLERANCE 3e-2
 
 /* q and k are N(0, 1) * QK_SCALE: the scaled scores then have a standard
  * deviation of QK_SCALE^2 (~1.6), so a row's softmax is neither flat nor
@@ -118,12 +125,15 @@ static void run_gpu(bfp8_context *ctx, const device_attention *d, const attentio
     download(ctx, dqkv, d->dqkv, qkv_n * sizeof(float));
 }
 
-static void run_case(bfp8_context *ctx, const attention_case *tc, int index, double tolerance) {
+static void run_case(bfp8_context *ctx, const attention_case *tc, int index, double tolerance, int flash) {
     const int64_t batch = tc->batch, seq = tc->seq, n_heads = tc->n_heads, head_dim = tc->head_dim;
     const int64_t dim = n_heads * head_dim, tokens = batch * seq;
     const size_t qkv_n = (size_t)(tokens * 3 * dim), out_n = (size_t)(tokens * dim);
-    const size_t probs_n = (size_t)(batch * n_heads * seq * seq);
-    const size_t scratch_n = (size_t)attention_scratch_floats(batch, seq, n_heads, head_dim);
+    const size_t square_n = (size_t)(batch * n_heads * seq * seq), flash_n = (size_t)(batch * n_heads * seq) + out_n;
+    const size_t probs_n = flash && flash_n > square_n ? flash_n : square_n;
+    size_t scratch_n = (size_t)attention_scratch_floats(batch, seq, n_heads, head_dim);
+    const size_t flash_scratch_n = (size_t)flash_attention_scratch_floats(batch, seq, n_heads, head_dim);
+    if (flash && flash_scratch_n > scratch_n) scratch_n = flash_scratch_n;
 
     /* Inputs. */
     float *qkv = test_malloc(qkv_n * sizeof(float)), *dout = test_malloc(out_n * sizeof(float));
@@ -135,7 +145,7 @@ static void run_case(bfp8_context *ctx, const attention_case *tc, int index, dou
     for (size_t i = 0; i < out_n; ++i) dout[i] = (float)test_rng_normal(&rng);
 
     /* CPU reference. */
-    float *out_ref = test_malloc(out_n * sizeof(float)), *probs_ref = test_malloc(probs_n * sizeof(float));
+    float *out_ref = test_malloc(out_n * sizeof(float)), *probs_ref = test_malloc(square_n * sizeof(float));
     float *dqkv_ref = test_malloc(qkv_n * sizeof(float));
     float *scratch_ref = test_malloc(scratch_n * sizeof(float));
     attention_forward(out_ref, probs_ref, scratch_ref, qkv, batch, seq, n_heads, head_dim);
@@ -166,9 +176,9 @@ static void run_case(bfp8_context *ctx, const attention_case *tc, int index, dou
 
     /* Compare. */
     const double out_err = scaled_max_error(out_ref, out, (int64_t)out_n);
-    const double probs_err = scaled_max_error(probs_ref, probs, (int64_t)probs_n);
+    const double probs_err = flash ? 0.0 : scaled_max_error(probs_ref, probs, (int64_t)probs_n);
     const double dqkv_err = scaled_max_error(dqkv_ref, dqkv, (int64_t)qkv_n);
-    const int64_t above = nonzero_above_diagonal(probs, batch * n_heads, seq);
+    const int64_t above = flash ? 0 : nonzero_above_diagonal(probs, batch * n_heads, seq);
     printf("  batch %lld seq %lld heads %lld head_dim %lld: scaled max error out %.3g probs %.3g "
            "dqkv %.3g\n",
            (long long)batch, (long long)seq, (long long)n_heads, (long long)head_dim, out_err, probs_err,
@@ -230,11 +240,25 @@ int main(void) {
     attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 0, 2, 4);
     CHECK_OK(model_cuda_status());
 
-    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i) run_case(ctx, &cases[i], i, TOLERANCE);
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i) run_case(ctx, &cases[i], i, TOLERANCE, 0);
     printf("the same in TF32 (model_cuda_set_tf32):\n");
     model_cuda_set_tf32(1);
-    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i) run_case(ctx, &cases[i], i, TF32_TOLERANCE);
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i) run_case(ctx, &cases[i], i, TF32_TOLERANCE, 0);
     model_cuda_set_tf32(0);
+    printf("flash attention (model_cuda_set_flash_attention), head_dim 64 and 128:\n");
+    model_cuda_set_flash_attention(1);
+    int flash_cases = 0;
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i)
+        if (model_cuda_flash_attention_supported(cases[i].head_dim)) {
+            run_case(ctx, &cases[i], i, FLASH_TOLERANCE, 1);
+            ++flash_cases;
+        }
+    /* tiles of 64 queries and keys: whole (64, 192), ragged (100, 130) */
+    static const attention_case flash_only[] = {{3, 64, 1, 64}, {1, 130, 2, 128}, {2, 100, 3, 128}, {1, 192, 2, 64}};
+    for (int i = 0; i < (int)(sizeof flash_only / sizeof flash_only[0]); ++i, ++flash_cases)
+        run_case(ctx, &flash_only[i], 100 + i, FLASH_TOLERANCE, 1);
+    CHECK(flash_cases >= 8, "only %d flash cases", flash_cases);
+    model_cuda_set_flash_attention(0);
 
     bfp8_context_destroy(ctx);
     return test_exit_code("test_attention_gpu");

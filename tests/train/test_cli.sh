@@ -12,7 +12,9 @@
 #   cuda     --device cuda (exit 77, skipped, without a GPU): a run stopped and
 #            resumed on the GPU is bit-identical to an uninterrupted one, its
 #            losses track the CPU's, a CPU checkpoint resumes on the GPU, and
-#            a NaN weight is caught as on the CPU
+#            a NaN weight is caught as on the CPU; --tf32; --flash-attention
+#            (refused for head_dim 32, losses within 1% of fp32 attention,
+#            stop + resume bit-identical)
 #   dp       --data-parallel on the CPU: one rank is bit-identical to no data
 #            parallelism; 2 ranks x batch 1 track 1 rank x batch 2; a 2-rank
 #            run stopped and resumed (the ranks from the checkpoint) is
@@ -122,6 +124,8 @@ test_bad_input() {
     expect_fail "unknown model" "unknown --model 'huge'" train "${common[@]}" --model huge --checkpoint-dir good
     expect_fail "unknown device" "unknown --device 'tpu'" train "${common[@]}" --device tpu --checkpoint-dir good
     expect_fail "tf32 on the CPU" "--tf32 needs --device cuda" train "${common[@]}" --tf32 --checkpoint-dir good
+    expect_fail "flash attention on the CPU" "--flash-attention needs --device cuda" train "${common[@]}" \
+        --flash-attention --checkpoint-dir good
     expect_fail "seq above the preset" "exceeds the tiny model's 128" train "${common[@]}" --seq 129 --checkpoint-dir fresh
 
     expect_fail "a fresh run over an existing checkpoint" "good/checkpoint.bin already holds a run (step 2 of 6)" \
@@ -243,6 +247,29 @@ test_cuda() {
     same_file "GPU: the checkpoint is untouched after the NaN weight" greference.bin gfull/checkpoint.bin
     expect_ok "GPU: --tf32 products" train "${common[@]}" "${gpu[@]}" --tf32 --steps 2 --checkpoint-dir gtf32 || return
     grep -qF "tf32 products" out.txt || fail "the banner does not say tf32: $(head -n 3 out.txt)"
+    # Flash attention (head_dim 64: the small preset): refused for tiny's head_dim 32; stop + resume
+    # bit-identical; the losses track the fp32 attention's.
+    expect_fail "GPU: flash attention with head_dim 32" "flash attention runs on a CUDA device with head_dim 64 or 128" \
+        train "${common[@]}" "${gpu[@]}" --flash-attention --steps 2 --checkpoint-dir gflash32
+    local small=(--model small --seq 96)
+    expect_ok "GPU: small model, fp32 attention, 6 steps" train "${common[@]}" "${gpu[@]}" "${small[@]}" --steps 6 \
+        --checkpoint-dir gsmall || return
+    expect_ok "GPU: small model, flash attention, 6 steps" train "${common[@]}" "${gpu[@]}" "${small[@]}" --steps 6 \
+        --flash-attention --checkpoint-dir gflash || return
+    grep -qF "flash attention" out.txt || fail "the banner does not say flash attention: $(head -n 3 out.txt)"
+    checks=$((checks + 1))
+    worst=$(paste <(losses gsmall/metrics.jsonl) <(losses gflash/metrics.jsonl) |
+            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
+    if [[ $(losses gflash/metrics.jsonl | wc -l) -eq 6 ]] && awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
+        echo "ok   GPU: flash attention losses within 1% of fp32 attention (worst relative gap $worst)"
+    else
+        fail "GPU: flash attention losses drift: worst relative gap $worst"
+    fi
+    expect_ok "GPU: flash attention stopped at step 3" train "${common[@]}" "${gpu[@]}" "${small[@]}" --steps 6 \
+        --flash-attention --stop-at 3 --checkpoint-dir gflashpart || return
+    expect_ok "GPU: flash attention resumed" train "${common[@]}" "${gpu[@]}" "${small[@]}" --flash-attention \
+        --checkpoint-dir gflashpart --resume || return
+    same_file "GPU: flash attention resumed bit-identical to uninterrupted" gflash/checkpoint.bin gflashpart/checkpoint.bin
     # Greedy sampling from one checkpoint: the GPU continues the prompt like the CPU.
     expect_ok "CPU: greedy sample" sample --checkpoint gfull/checkpoint.bin --tokenizer tok.bin --tokens 8 \
         --temperature 0 --prompt "int " || return

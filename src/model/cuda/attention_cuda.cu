@@ -151,6 +151,12 @@ bool sizes_fit_cublas(int64_t seq, int64_t n_heads, int64_t head_dim, const char
 
 } /* namespace */
 
+/* flash_attention.cu: the path without stored probabilities, when it is on */
+int flash_attention_forward(float *out, float *probs, float *scratch, const float *qkv, int64_t batch, int64_t seq,
+                            int64_t heads, int64_t head_dim);
+int flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
+                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+
 /* ------------------------------------------------------------------------ */
 /* Forward and backward                                                      */
 
@@ -158,6 +164,7 @@ extern "C" void attention_forward_cuda(float *out, float *probs, float *scratch,
                                        int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim) {
     (void)scratch; /* the scores are formed in probs itself */
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
+    if (flash_attention_forward(out, probs, scratch, qkv, batch, seq, n_heads, head_dim)) return;
     if (!sizes_fit_cublas(seq, n_heads, head_dim, "attention_forward (sizes beyond int)")) return;
     cublasHandle_t handle = cublas();
     if (!handle) return;
@@ -201,6 +208,7 @@ extern "C" void attention_backward_cuda(float *dqkv, float *scratch, const float
                                         const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
                                         int64_t head_dim) {
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
+    if (flash_attention_backward(dqkv, scratch, dout, qkv, probs, batch, seq, n_heads, head_dim)) return;
     if (!sizes_fit_cublas(seq, n_heads, head_dim, "attention_backward (sizes beyond int)")) return;
     cublasHandle_t handle = cublas();
     if (!handle) return;

@@ -1,0 +1,632 @@
+/*
+ * flash_attention.cu - causal multi-head attention without stored
+ * probabilities (model_cuda_set_flash_attention, `--flash-attention`): the
+ * products on the tensor cores in bf16 (mma.sync m16n8k16, fp32
+ * accumulation), the softmax online, the way FlashAttention-2 does it.
+ *
+ * Same arguments and layouts as attention_forward_cuda / _backward_cuda
+ * (attention.h): qkv is fp32, per token q | k | v with head h at h * head_dim
+ * of each; out and dqkv fp32. What the backward needs of the forward goes
+ * into the layer's `probs` buffer instead of the probabilities:
+ *   probs[0, B*H*T)              LSE: log2 of each query row's softmax sum,
+ *                                in units of log2 (scores scaled by log2 e)
+ *   probs[B*H*T, B*H*T + B*T*dim) a copy of out (O, for rowsum(dO * O))
+ * (model_create sizes the buffer for this when flash attention is on).
+ * The backward's scratch holds rowsum(dO * O) per query and head.
+ *
+ * Kernels (head_dim D = 64 or 128; tiles of 64 queries or keys, 4 warps of
+ * 16 rows; q, k, v rounded to bf16 on their way into shared memory):
+ *   forward     a CTA per (64 queries, head, sequence): S = Q K^T over the
+ *               key blocks up to the diagonal, running max and sum, O += P V
+ *   dsum        rowsum(dO * O) per (token, head), one warp each
+ *   dK, dV      a CTA per (64 keys, head, sequence), over the query blocks
+ *               from the diagonal on: P^T from S^T and the LSE, dV += P^T dO,
+ *               dP^T = V dO^T, dS^T = P^T (dP^T - dsum), dK += dS^T Q
+ *   dQ          a CTA per (64 queries, head, sequence), over the key blocks
+ *               up to the diagonal: P, dP = dO V^T, dS, dQ += dS K
+ * No atomics: every output element is summed by one thread in a fixed order,
+ * so the results repeat bit for bit (the trainer's resume depends on it).
+ * Not tuned yet (plain shared-memory fragment loads, no cp.async pipeline):
+ * the point is to keep no seq x seq matrix.
+ */
+#include <cuda_bf16.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "model/cuda/model_cuda_common.cuh"
+#include "model/model_ops.h"
+
+using namespace bfp8_model_cuda;
+
+namespace {
+
+constexpr int kPad = 8;             /* bf16 of padding per shared row: conflict-free ldmatrix */
+constexpr int kBlockQ = 128;        /* queries per CTA: forward, dQ (8 warps of 16) */
+constexpr int kBlockKV = 128;       /* keys per CTA: dK, dV (8 warps of 16) */
+constexpr int kStep = 64;           /* keys (forward, dQ) or queries (dK, dV) per pipeline stage */
+constexpr int kThreads = 256;
+constexpr float kLog2e = 1.4426950408889634f;
+
+bool g_flash = false;
+
+template <int D> __host__ __device__ constexpr int ld() { return D + kPad; }
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t *>(&v);
+}
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const uint16_t *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+/* A fragment (16 x 16: rows row0.., contraction k0..) of a row-major tile. */
+template <int D> __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t *s, int row0, int k0, int lane) {
+    ldsm_x4(a, s + (row0 + lane % 16) * ld<D>() + k0 + (lane / 16) * 8);
+}
+/* B fragments of two 8-column tiles (columns n0.. and n0+8.., contraction
+ * k0..) of a tile stored with the columns as rows, element (k, n) at
+ * s[n * ld + k]: b[0], b[1] for n0, b[2], b[3] for n0 + 8. */
+template <int D> __device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const uint16_t *s, int n0, int k0, int lane) {
+    ldsm_x4(b, s + (n0 + lane % 8 + (lane / 16) * 8) * ld<D>() + k0 + ((lane / 8) % 2) * 8);
+}
+/* The same from a tile stored with the contraction as rows, (k, n) at s[k * ld + n]. */
+template <int D> __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const uint16_t *s, int n0, int k0, int lane) {
+    ldsm_x4_trans(b, s + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld<D>() + n0 + (lane / 16) * 8);
+}
+/* Accumulators of two adjacent 16 x 8 tiles as the A fragment of the next
+ * product (the contraction over those 16 columns). */
+__device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&lo)[4], const float (&hi)[4]) {
+    a[0] = pack_bf16(lo[0], lo[1]);
+    a[1] = pack_bf16(lo[2], lo[3]);
+    a[2] = pack_bf16(hi[0], hi[1]);
+    a[3] = pack_bf16(hi[2], hi[3]);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+/* rows [r0, r0 + ROWS) of one head's [seq][D] bf16 matrix into a [ROWS][D +
+ * kPad] tile, rows past seq zero-filled. */
+template <int ROWS, int D>
+__device__ __forceinline__ void load_async(uint16_t *dst, const uint16_t *head, int r0, int seq) {
+    constexpr int kChunks = ROWS * D / 8;
+    for (int i = threadIdx.x; i < kChunks; i += kThreads) {
+        const int r = i / (D / 8), c = (i % (D / 8)) * 8;
+        const bool valid = r0 + r < seq;
+        cp_async16(dst + r * ld<D>() + c, head + (int64_t)(valid ? r0 + r : 0) * D + c, valid);
+    }
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+    return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* bf16 copies, head-major: [batch][heads][seq][D]                           */
+
+/* q, k, v of qkv (per token q | k | v, each heads x D) into q16, k16, v16. */
+__global__ void qkv_to_heads_kernel(uint16_t *q16, uint16_t *k16, uint16_t *v16, const float *qkv, int64_t tokens,
+                                    int seq, int heads, int head_dim) {
+    const int64_t dim = (int64_t)heads * head_dim, groups = tokens * 3 * dim / 8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t e = i * 8, token = e / (3 * dim), col = e % (3 * dim);
+        const int which = (int)(col / dim), h = (int)((col % dim) / head_dim), d = (int)(col % head_dim);
+        const float4 a = *reinterpret_cast<const float4 *>(qkv + e), b = *reinterpret_cast<const float4 *>(qkv + e + 4);
+        const int64_t bi = token / seq, t = token % seq;
+        uint16_t *dst = (which == 0 ? q16 : which == 1 ? k16 : v16) + ((bi * heads + h) * seq + t) * head_dim + d;
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y),
+                                                     pack_bf16(b.z, b.w));
+    }
+}
+/* x (per token heads x D) into x16. */
+__global__ void rows_to_heads_kernel(uint16_t *x16, const float *x, int64_t tokens, int seq, int heads, int head_dim) {
+    const int64_t dim = (int64_t)heads * head_dim, groups = tokens * dim / 8;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < groups; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t e = i * 8, token = e / dim, col = e % dim;
+        const int h = (int)(col / head_dim), d = (int)(col % head_dim);
+        const float4 a = *reinterpret_cast<const float4 *>(x + e), b = *reinterpret_cast<const float4 *>(x + e + 4);
+        const int64_t bi = token / seq, t = token % seq;
+        *reinterpret_cast<uint4 *>(x16 + ((bi * heads + h) * seq + t) * head_dim + d) =
+            make_uint4(pack_bf16(a.x, a.y), pack_bf16(a.z, a.w), pack_bf16(b.x, b.y), pack_bf16(b.z, b.w));
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Forward: a CTA per (128 queries, head, sequence), keys in stages of 64    */
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float *out, float *lse, float *o_copy,
+                                                                 const uint16_t *q16, const uint16_t *k16,
+                                                                 const uint16_t *v16, int seq, int heads,
+                                                                 float scale_log2) {
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *const qs = smem, *const ks = qs + kBlockQ * ld<D>(), *const vs = ks + 2 * kStep * ld<D>();
+    const int qb = gridDim.x - 1 - blockIdx.x; /* the longest rows of keys first */
+    const int h = blockIdx.y, b = blockIdx.z, q0 = qb * kBlockQ;
+    const int64_t head = ((int64_t)b * heads + h) * seq * D;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row0 = warp * 16, qrow[2] = {q0 + row0 + g, q0 + row0 + g + 8};
+    const int key_end = min(seq, q0 + kBlockQ), steps = (key_end + kStep - 1) / kStep;
+
+    load_async<kBlockQ, D>(qs, q16 + head, q0, seq);
+    load_async<kStep, D>(ks, k16 + head, 0, seq);
+    load_async<kStep, D>(vs, v16 + head, 0, seq);
+    cp_async_commit();
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+    for (int kb = 0; kb < steps; ++kb) {
+        const int k0 = kb * kStep, stage = kb & 1;
+        if (kb + 1 < steps) { /* the next stage loads while this one is used */
+            load_async<kStep, D>(ks + (stage ^ 1) * kStep * ld<D>(), k16 + head, k0 + kStep, seq);
+            load_async<kStep, D>(vs + (stage ^ 1) * kStep * ld<D>(), v16 + head, k0 + kStep, seq);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
+        if (k0 <= q0 + row0 + 15) { /* some key of the stage is visible to this warp's rows */
+            float s[8][4];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                uint32_t a[4];
+                frag_a<D>(a, qs, row0, kk * 16, lane);
+#pragma unroll
+                for (int j = 0; j < 8; j += 2) {
+                    uint32_t bb[4];
+                    frag_b_nk<D>(bb, kst, j * 8, kk * 16, lane);
+                    mma_bf16(s[j], a, bb[0], bb[1]);
+                    mma_bf16(s[j + 1], a, bb[2], bb[3]);
+                }
+            }
+            const bool masked = k0 + kStep - 1 > q0 + row0; /* the diagonal (or keys past seq) cross the stage */
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float v = s[j][e] * scale_log2;
+                    if (masked && k0 + j * 8 + 2 * t + (e & 1) > qrow[e / 2]) v = -INFINITY;
+                    s[j][e] = v;
+                    mx[e / 2] = fmaxf(mx[e / 2], v);
+                }
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const float m_new = fmaxf(m[r], quad_max(mx[r]));
+                const float ref = m_new == -INFINITY ? 0.0f : m_new; /* a row with no key yet */
+                const float alpha = exp2f(m[r] - ref);
+                l[r] *= alpha;
+#pragma unroll
+                for (int n = 0; n < D / 8; ++n) {
+                    o[n][2 * r] *= alpha;
+                    o[n][2 * r + 1] *= alpha;
+                }
+                m[r] = m_new;
+                mx[r] = ref;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float p = exp2f(s[j][e] - mx[e / 2]);
+                    s[j][e] = p;
+                    l[e / 2] += p;
+                }
+#pragma unroll
+            for (int kk = 0; kk < kStep / 16; ++kk) {
+                uint32_t a[4];
+                acc_as_a(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < D / 8; n += 2) {
+                    uint32_t bb[4];
+                    frag_b_kn<D>(bb, vst, n * 8, kk * 16, lane);
+                    mma_bf16(o[n], a, bb[0], bb[1]);
+                    mma_bf16(o[n + 1], a, bb[2], bb[3]);
+                }
+            }
+        }
+        __syncthreads(); /* the stage is free for the load after next */
+    }
+    const int dim = heads * D;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int q = qrow[r];
+        const float sum = quad_sum(l[r]);
+        if (q >= seq) continue;
+        const float inv = 1.0f / sum;
+        const int64_t row = ((int64_t)b * seq + q) * dim + h * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            const float2 v = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+            *reinterpret_cast<float2 *>(out + row + n * 8 + 2 * t) = v;
+            *reinterpret_cast<float2 *>(o_copy + row + n * 8 + 2 * t) = v;
+        }
+        if (t == 0) lse[((int64_t)b * heads + h) * seq + q] = m[r] + log2f(sum);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Backward                                                                  */
+
+/* dsum[(b * heads + h) * seq + t] = sum over the head's columns of dO * O. */
+__global__ void flash_dsum_kernel(float *dsum, const float *dout, const float *o, int64_t tokens, int seq,
+                                  int heads, int head_dim) {
+    const int lane = threadIdx.x % 32;
+    const int64_t rows = tokens * heads, warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+        const int64_t token = r / heads;
+        const int h = (int)(r % heads);
+        const float *a = dout + token * heads * head_dim + h * head_dim, *c = o + token * heads * head_dim + h * head_dim;
+        float s = 0.0f;
+        for (int i = lane; i < head_dim; i += 32) s += a[i] * c[i];
+        for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
+        if (lane == 0) {
+            const int64_t b = token / seq, q = token % seq;
+            dsum[(b * heads + h) * seq + q] = s;
+        }
+    }
+}
+
+/* dK, dV: a CTA per (128 keys, head, sequence), the queries from the
+ * diagonal on in stages of 64, each used in two halves of 32 (registers). */
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqkv, const uint16_t *q16,
+                                                                      const uint16_t *k16, const uint16_t *v16,
+                                                                      const uint16_t *do16, const float *lse,
+                                                                      const float *dsum, int seq, int heads,
+                                                                      float scale, float scale_log2) {
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *const ks = smem, *const vs = ks + kBlockKV * ld<D>(), *const qs = vs + kBlockKV * ld<D>();
+    uint16_t *const dos = qs + 2 * kStep * ld<D>();
+    float *const lse_s = reinterpret_cast<float *>(dos + 2 * kStep * ld<D>()), *const dsum_s = lse_s + 2 * kStep;
+    const int kb = blockIdx.x; /* key block 0 meets every query: the longest first */
+    const int h = blockIdx.y, b = blockIdx.z, k0 = kb * kBlockKV;
+    const int64_t bh = (int64_t)b * heads + h, head = bh * seq * D;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row0 = warp * 16, krow[2] = {k0 + row0 + g, k0 + row0 + g + 8};
+    const int first = k0 / kStep, steps = (seq + kStep - 1) / kStep - first;
+
+    load_async<kBlockKV, D>(ks, k16 + head, k0, seq);
+    load_async<kBlockKV, D>(vs, v16 + head, k0, seq);
+    auto load_queries = [&](int i, int stage) {
+        const int q0 = (first + i) * kStep;
+        load_async<kStep, D>(qs + stage * kStep * ld<D>(), q16 + head, q0, seq);
+        load_async<kStep, D>(dos + stage * kStep * ld<D>(), do16 + head, q0, seq);
+        if (threadIdx.x < kStep) {
+            const int q = q0 + threadIdx.x;
+            lse_s[stage * kStep + threadIdx.x] = q < seq ? lse[bh * seq + q] : INFINITY; /* P = 0 past seq */
+            dsum_s[stage * kStep + threadIdx.x] = q < seq ? dsum[bh * seq + q] : 0.0f;
+        }
+    };
+    load_queries(0, 0);
+    cp_async_commit();
+    float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+
+    for (int i = 0; i < steps; ++i) {
+        const int stage = i & 1, q0 = (first + i) * kStep;
+        if (i + 1 < steps) {
+            load_queries(i + 1, stage ^ 1);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *qst = qs + stage * kStep * ld<D>(), *dost = dos + stage * kStep * ld<D>();
+        const float *lse_st = lse_s + stage * kStep, *dsum_st = dsum_s + stage * kStep;
+        if (q0 + kStep - 1 >= k0 + row0) { /* some query of the stage sees this warp's keys */
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int qc = half * 32;
+                float p[4][4], dp[4][4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) p[j][e] = dp[j][e] = 0.0f;
+                /* S^T = K Q^T and dP^T = V dO^T: 16 keys x 32 queries */
+#pragma unroll
+                for (int kk = 0; kk < D / 16; ++kk) {
+                    uint32_t ak[4], av[4];
+                    frag_a<D>(ak, ks, row0, kk * 16, lane);
+                    frag_a<D>(av, vs, row0, kk * 16, lane);
+#pragma unroll
+                    for (int j = 0; j < 4; j += 2) {
+                        uint32_t bb[4];
+                        frag_b_nk<D>(bb, qst, qc + j * 8, kk * 16, lane);
+                        mma_bf16(p[j], ak, bb[0], bb[1]);
+                        mma_bf16(p[j + 1], ak, bb[2], bb[3]);
+                        frag_b_nk<D>(bb, dost, qc + j * 8, kk * 16, lane);
+                        mma_bf16(dp[j], av, bb[0], bb[1]);
+                        mma_bf16(dp[j + 1], av, bb[2], bb[3]);
+                    }
+                }
+                /* P^T, then dS^T = P^T (dP^T - dsum) in dp */
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const int qi = qc + j * 8 + 2 * t + (e & 1);
+                        const float pv = krow[e / 2] > q0 + qi ? 0.0f : exp2f(p[j][e] * scale_log2 - lse_st[qi]);
+                        p[j][e] = pv;
+                        dp[j][e] = pv * (dp[j][e] - dsum_st[qi]);
+                    }
+                /* dV += P^T dO, dK += dS^T Q over these 32 queries */
+#pragma unroll
+                for (int kk = 0; kk < 2; ++kk) {
+                    uint32_t ap[4], as[4];
+                    acc_as_a(ap, p[2 * kk], p[2 * kk + 1]);
+                    acc_as_a(as, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                    for (int n = 0; n < D / 8; n += 2) {
+                        uint32_t bb[4];
+                        frag_b_kn<D>(bb, dost, n * 8, qc + kk * 16, lane);
+                        mma_bf16(dv[n], ap, bb[0], bb[1]);
+                        mma_bf16(dv[n + 1], ap, bb[2], bb[3]);
+                        frag_b_kn<D>(bb, qst, n * 8, qc + kk * 16, lane);
+                        mma_bf16(dk[n], as, bb[0], bb[1]);
+                        mma_bf16(dk[n + 1], as, bb[2], bb[3]);
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+    const int dim = heads * D;
+    const int64_t ld3 = 3 * (int64_t)dim;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int key = krow[r];
+        if (key >= seq) continue;
+        float *row = dqkv + ((int64_t)b * seq + key) * ld3 + h * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n) {
+            *reinterpret_cast<float2 *>(row + dim + n * 8 + 2 * t) =
+                make_float2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+            *reinterpret_cast<float2 *>(row + 2 * dim + n * 8 + 2 * t) = make_float2(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
+}
+
+/* dQ: a CTA per (128 queries, head, sequence), keys in stages of 64. */
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv, const uint16_t *q16,
+                                                                     const uint16_t *k16, const uint16_t *v16,
+                                                                     const uint16_t *do16, const float *lse,
+                                                                     const float *dsum, int seq, int heads,
+                                                                     float scale, float scale_log2) {
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t *const qs = smem, *const dos = qs + kBlockQ * ld<D>(), *const ks = dos + kBlockQ * ld<D>();
+    uint16_t *const vs = ks + 2 * kStep * ld<D>();
+    const int qb = gridDim.x - 1 - blockIdx.x;
+    const int h = blockIdx.y, b = blockIdx.z, q0 = qb * kBlockQ;
+    const int64_t bh = (int64_t)b * heads + h, head = bh * seq * D;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int row0 = warp * 16, qrow[2] = {q0 + row0 + g, q0 + row0 + g + 8};
+    const int key_end = min(seq, q0 + kBlockQ), steps = (key_end + kStep - 1) / kStep;
+    float row_lse[2], row_dsum[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const bool valid = qrow[r] < seq;
+        row_lse[r] = valid ? lse[bh * seq + qrow[r]] : INFINITY;
+        row_dsum[r] = valid ? dsum[bh * seq + qrow[r]] : 0.0f;
+    }
+    load_async<kBlockQ, D>(qs, q16 + head, q0, seq);
+    load_async<kBlockQ, D>(dos, do16 + head, q0, seq);
+    load_async<kStep, D>(ks, k16 + head, 0, seq);
+    load_async<kStep, D>(vs, v16 + head, 0, seq);
+    cp_async_commit();
+    float dq[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    for (int kb = 0; kb < steps; ++kb) {
+        const int k0 = kb * kStep, stage = kb & 1;
+        if (kb + 1 < steps) {
+            load_async<kStep, D>(ks + (stage ^ 1) * kStep * ld<D>(), k16 + head, k0 + kStep, seq);
+            load_async<kStep, D>(vs + (stage ^ 1) * kStep * ld<D>(), v16 + head, k0 + kStep, seq);
+            cp_async_commit();
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+        const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
+        if (k0 <= q0 + row0 + 15) {
+            float p[8][4], dp[8][4];
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) p[j][e] = dp[j][e] = 0.0f;
+            /* S = Q K^T and dP = dO V^T: 16 queries x 64 keys */
+#pragma unroll
+            for (int kk = 0; kk < D / 16; ++kk) {
+                uint32_t aq[4], ad[4];
+                frag_a<D>(aq, qs, row0, kk * 16, lane);
+                frag_a<D>(ad, dos, row0, kk * 16, lane);
+#pragma unroll
+                for (int j = 0; j < 8; j += 2) {
+                    uint32_t bb[4];
+                    frag_b_nk<D>(bb, kst, j * 8, kk * 16, lane);
+                    mma_bf16(p[j], aq, bb[0], bb[1]);
+                    mma_bf16(p[j + 1], aq, bb[2], bb[3]);
+                    frag_b_nk<D>(bb, vst, j * 8, kk * 16, lane);
+                    mma_bf16(dp[j], ad, bb[0], bb[1]);
+                    mma_bf16(dp[j + 1], ad, bb[2], bb[3]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int key = k0 + j * 8 + 2 * t + (e & 1), r = e / 2;
+                    const float pv = key > qrow[r] ? 0.0f : exp2f(p[j][e] * scale_log2 - row_lse[r]);
+                    dp[j][e] = pv * (dp[j][e] - row_dsum[r]);
+                }
+            /* dQ += dS K */
+#pragma unroll
+            for (int kk = 0; kk < kStep / 16; ++kk) {
+                uint32_t as[4];
+                acc_as_a(as, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < D / 8; n += 2) {
+                    uint32_t bb[4];
+                    frag_b_kn<D>(bb, kst, n * 8, kk * 16, lane);
+                    mma_bf16(dq[n], as, bb[0], bb[1]);
+                    mma_bf16(dq[n + 1], as, bb[2], bb[3]);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    const int dim = heads * D;
+    const int64_t ld3 = 3 * (int64_t)dim;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        const int q = qrow[r];
+        if (q >= seq) continue;
+        float *row = dqkv + ((int64_t)b * seq + q) * ld3 + h * D;
+#pragma unroll
+        for (int n = 0; n < D / 8; ++n)
+            *reinterpret_cast<float2 *>(row + n * 8 + 2 * t) = make_float2(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+    }
+}
+
+template <int D> constexpr int forward_smem() { return (kBlockQ + 4 * kStep) * ld<D>() * 2; }
+template <int D> constexpr int dkv_smem() { return (2 * kBlockKV + 4 * kStep) * ld<D>() * 2 + 4 * kStep * 4; }
+template <int D> constexpr int dq_smem() { return (2 * kBlockQ + 4 * kStep) * ld<D>() * 2; }
+
+template <int D> bool set_smem_limits() {
+    static bool done = false;
+    if (done) return true;
+    done = !failed(cudaFuncSetAttribute(flash_forward_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        forward_smem<D>()),
+                   "flash attention: shared memory (forward)") &&
+           !failed(cudaFuncSetAttribute(flash_backward_dkv_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        dkv_smem<D>()),
+                   "flash attention: shared memory (dK, dV)") &&
+           !failed(cudaFuncSetAttribute(flash_backward_dq_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        dq_smem<D>()),
+                   "flash attention: shared memory (dQ)");
+    return done;
+}
+
+/* The scratch: rowsum(dO * O) (batch x heads x seq floats), then the bf16
+ * copies q16, k16, v16, do16 (each batch x heads x seq x head_dim), 16-byte
+ * aligned. */
+struct scratch_parts {
+    float *dsum;
+    uint16_t *q16, *k16, *v16, *do16;
+};
+scratch_parts split_scratch(float *scratch, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+    const int64_t rows = batch * heads * seq, each = rows * head_dim;
+    uint16_t *bf = reinterpret_cast<uint16_t *>(scratch + (rows + 63) / 64 * 64);
+    return {scratch, bf, bf + each, bf + 2 * each, bf + 3 * each};
+}
+
+template <int D>
+void forward(float *out, float *probs, float *scratch, const float *qkv, int64_t batch, int64_t seq, int64_t heads) {
+    if (!set_smem_limits<D>()) return;
+    const scratch_parts sp = split_scratch(scratch, batch, seq, heads, D);
+    const int64_t tokens = batch * seq;
+    qkv_to_heads_kernel<<<grid_for(tokens * 3 * heads * D / 8, 256), 256, 0, stream()>>>(sp.q16, sp.k16, sp.v16, qkv,
+                                                                                       tokens, (int)seq, (int)heads, D);
+    check_launch("flash attention: q, k, v to bf16");
+    float *lse = probs, *o_copy = probs + batch * heads * seq;
+    const dim3 grid((unsigned)((seq + kBlockQ - 1) / kBlockQ), (unsigned)heads, (unsigned)batch);
+    const float scale_log2 = kLog2e / sqrtf((float)D);
+    flash_forward_kernel<D><<<grid, kThreads, forward_smem<D>(), stream()>>>(out, lse, o_copy, sp.q16, sp.k16, sp.v16,
+                                                                           (int)seq, (int)heads, scale_log2);
+    check_launch("flash attention forward");
+}
+
+template <int D>
+void backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
+              int64_t batch, int64_t seq, int64_t heads) {
+    if (!set_smem_limits<D>()) return;
+    const scratch_parts sp = split_scratch(scratch, batch, seq, heads, D);
+    const float *lse = probs, *o_copy = probs + batch * heads * seq;
+    const int64_t tokens = batch * seq;
+    qkv_to_heads_kernel<<<grid_for(tokens * 3 * heads * D / 8, 256), 256, 0, stream()>>>(sp.q16, sp.k16, sp.v16, qkv,
+                                                                                       tokens, (int)seq, (int)heads, D);
+    check_launch("flash attention: q, k, v to bf16");
+    rows_to_heads_kernel<<<grid_for(tokens * heads * D / 8, 256), 256, 0, stream()>>>(sp.do16, dout, tokens, (int)seq,
+                                                                                    (int)heads, D);
+    check_launch("flash attention: dO to bf16");
+    flash_dsum_kernel<<<grid_for(tokens * heads * 32, 256), 256, 0, stream()>>>(sp.dsum, dout, o_copy, tokens,
+                                                                               (int)seq, (int)heads, D);
+    check_launch("flash attention rowsum(dO * O)");
+    const float scale = 1.0f / sqrtf((float)D), scale_log2 = kLog2e * scale;
+    const dim3 grid_kv((unsigned)((seq + kBlockKV - 1) / kBlockKV), (unsigned)heads, (unsigned)batch);
+    flash_backward_dkv_kernel<D><<<grid_kv, kThreads, dkv_smem<D>(), stream()>>>(
+        dqkv, sp.q16, sp.k16, sp.v16, sp.do16, lse, sp.dsum, (int)seq, (int)heads, scale, scale_log2);
+    check_launch("flash attention dK, dV");
+    const dim3 grid_q((unsigned)((seq + kBlockQ - 1) / kBlockQ), (unsigned)heads, (unsigned)batch);
+    flash_backward_dq_kernel<D><<<grid_q, kThreads, dq_smem<D>(), stream()>>>(
+        dqkv, sp.q16, sp.k16, sp.v16, sp.do16, lse, sp.dsum, (int)seq, (int)heads, scale, scale_log2);
+    check_launch("flash attention dQ");
+}
+
+} /* namespace */
+
+extern "C" void model_cuda_set_flash_attention(int on) { g_flash = on != 0; }
+
+extern "C" int model_cuda_flash_attention_supported(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
+
+/* The flash path of attention_forward_cuda / _backward_cuda (attention_cuda.cu):
+ * returns 0 when it does not apply (off, or another head size). */
+int flash_attention_forward(float *out, float *probs, float *scratch, const float *qkv, int64_t batch, int64_t seq,
+                            int64_t heads, int64_t head_dim) {
+    if (!g_flash || (head_dim != 64 && head_dim != 128)) return 0;
+    if (head_dim == 64)
+        forward<64>(out, probs, scratch, qkv, batch, seq, heads);
+    else
+        forward<128>(out, probs, scratch, qkv, batch, seq, heads);
+    return 1;
+}
+
+int flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
+                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+    if (!g_flash || (head_dim != 64 && head_dim != 128)) return 0;
+    if (head_dim == 64)
+        backward<64>(dqkv, scratch, dout, qkv, probs, batch, seq, heads);
+    else
+        backward<128>(dqkv, scratch, dout, qkv, probs, batch, seq, heads);
+    return 1;
+}
