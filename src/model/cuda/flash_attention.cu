@@ -12,22 +12,30 @@
  *                                in units of log2 (scores scaled by log2 e)
  *   probs[B*H*T, B*H*T + B*T*dim) a copy of out (O, for rowsum(dO * O))
  * (model_create sizes the buffer for this when flash attention is on).
- * The backward's scratch holds rowsum(dO * O) per query and head.
+ * The scratch (flash_attention_scratch_floats) holds rowsum(dO * O) per query
+ * and head and the bf16 copies below.
  *
- * Kernels (head_dim D = 64 or 128; tiles of 64 queries or keys, 4 warps of
- * 16 rows; q, k, v rounded to bf16 on their way into shared memory):
- *   forward     a CTA per (64 queries, head, sequence): S = Q K^T over the
- *               key blocks up to the diagonal, running max and sum, O += P V
+ * Kernels (head_dim D = 64 or 128), 8 warps of 16 rows per CTA:
+ *   to bf16     q, k, v (and, for the backward, dO) rounded to bf16 into
+ *               head-major copies [batch][heads][seq][D] in the scratch, so
+ *               every tile below is a contiguous block for cp.async
+ *   forward     a CTA per (128 queries, head, sequence): the keys up to the
+ *               diagonal in double-buffered stages of 64 rows, S = Q K^T,
+ *               running max and sum, O += P V; writes O, its copy and the LSE
  *   dsum        rowsum(dO * O) per (token, head), one warp each
- *   dK, dV      a CTA per (64 keys, head, sequence), over the query blocks
- *               from the diagonal on: P^T from S^T and the LSE, dV += P^T dO,
+ *   dK, dV      a CTA per (128 keys, head, sequence), the queries from the
+ *               diagonal on in stages of 64 (each used in two halves of 32,
+ *               for registers): P^T from S^T and the LSE, dV += P^T dO,
  *               dP^T = V dO^T, dS^T = P^T (dP^T - dsum), dK += dS^T Q
- *   dQ          a CTA per (64 queries, head, sequence), over the key blocks
- *               up to the diagonal: P, dP = dO V^T, dS, dQ += dS K
- * No atomics: every output element is summed by one thread in a fixed order,
- * so the results repeat bit for bit (the trainer's resume depends on it).
- * Not tuned yet (plain shared-memory fragment loads, no cp.async pipeline):
- * the point is to keep no seq x seq matrix.
+ *   dQ          a CTA per (128 queries, head, sequence), the keys up to the
+ *               diagonal in stages of 64: P, dP = dO V^T, dS, dQ += dS K
+ * Products are mma.sync m16n8k16 (bf16 in, fp32 accumulation) on fragments
+ * read with ldmatrix (.trans where the tile is stored contraction-major);
+ * shared rows are padded by 16 bytes, so the fragment reads are free of bank
+ * conflicts. Warps whose rows see none of a stage's keys (or queries) skip
+ * it. No atomics: every output element is summed by one thread in a fixed
+ * order, so the results repeat bit for bit (the trainer's resume depends on
+ * it).
  */
 #include <cuda_bf16.h>
 #include <math.h>
@@ -96,6 +104,49 @@ __device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&lo)[4],
     a[1] = pack_bf16(lo[2], lo[3]);
     a[2] = pack_bf16(hi[0], hi[1]);
     a[3] = pack_bf16(hi[2], hi[3]);
+}
+
+/* acc (16 rows x D, in tiles of 8 columns) += a (16 x 16) times the 16 x D
+ * slice at contraction rows k0.. of a tile stored [k][n]. */
+template <int D>
+__device__ __forceinline__ void mma_rows_by_tile(float (&acc)[D / 8][4], const uint32_t (&a)[4], const uint16_t *kn_tile,
+                                                 int k0, int lane) {
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+        uint32_t bb[4];
+        frag_b_kn<D>(bb, kn_tile, n * 8, k0, lane);
+        mma_bf16(acc[n], a, bb[0], bb[1]);
+        mma_bf16(acc[n + 1], a, bb[2], bb[3]);
+    }
+}
+/* s (16 rows x 8 NT columns) += rows row0.. of a_tile times rows n0.. of
+ * nk_tile transposed, over all D: scores, or dP from dO and V. */
+template <int D, int NT>
+__device__ __forceinline__ void mma_rows_by_rows(float (&s)[NT][4], const uint16_t *a_tile, int row0,
+                                                 const uint16_t *nk_tile, int n0, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a[4];
+        frag_a<D>(a, a_tile, row0, kk * 16, lane);
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+            uint32_t bb[4];
+            frag_b_nk<D>(bb, nk_tile, n0 + j * 8, kk * 16, lane);
+            mma_bf16(s[j], a, bb[0], bb[1]);
+            mma_bf16(s[j + 1], a, bb[2], bb[3]);
+        }
+    }
+}
+template <int N> __device__ __forceinline__ void zero(float (&x)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i][0] = x[i][1] = x[i][2] = x[i][3] = 0.0f;
+}
+/* Row r (0: g, 1: g + 8) of a 16 x D accumulator, times scale, to dst[0..D). */
+template <int D>
+__device__ __forceinline__ void store_row(float *dst, const float (&acc)[D / 8][4], int r, float scale, int t) {
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+        *reinterpret_cast<float2 *>(dst + n * 8 + 2 * t) = make_float2(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
 }
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
@@ -180,8 +231,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float *out, flo
     load_async<kStep, D>(vs, v16 + head, 0, seq);
     cp_async_commit();
     float o[D / 8][4];
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    zero(o);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
     for (int kb = 0; kb < steps; ++kb) {
@@ -198,20 +248,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float *out, flo
         const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
         if (k0 <= q0 + row0 + 15) { /* some key of the stage is visible to this warp's rows */
             float s[8][4];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                uint32_t a[4];
-                frag_a<D>(a, qs, row0, kk * 16, lane);
-#pragma unroll
-                for (int j = 0; j < 8; j += 2) {
-                    uint32_t bb[4];
-                    frag_b_nk<D>(bb, kst, j * 8, kk * 16, lane);
-                    mma_bf16(s[j], a, bb[0], bb[1]);
-                    mma_bf16(s[j + 1], a, bb[2], bb[3]);
-                }
-            }
+            zero(s);
+            mma_rows_by_rows<D>(s, qs, row0, kst, 0, lane);
             const bool masked = k0 + kStep - 1 > q0 + row0; /* the diagonal (or keys past seq) cross the stage */
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -249,13 +287,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float *out, flo
             for (int kk = 0; kk < kStep / 16; ++kk) {
                 uint32_t a[4];
                 acc_as_a(a, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < D / 8; n += 2) {
-                    uint32_t bb[4];
-                    frag_b_kn<D>(bb, vst, n * 8, kk * 16, lane);
-                    mma_bf16(o[n], a, bb[0], bb[1]);
-                    mma_bf16(o[n + 1], a, bb[2], bb[3]);
-                }
+                mma_rows_by_tile<D>(o, a, vst, kk * 16, lane);
             }
         }
         __syncthreads(); /* the stage is free for the load after next */
@@ -268,12 +300,8 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float *out, flo
         if (q >= seq) continue;
         const float inv = 1.0f / sum;
         const int64_t row = ((int64_t)b * seq + q) * dim + h * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-            const float2 v = make_float2(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-            *reinterpret_cast<float2 *>(out + row + n * 8 + 2 * t) = v;
-            *reinterpret_cast<float2 *>(o_copy + row + n * 8 + 2 * t) = v;
-        }
+        store_row<D>(out + row, o, r, inv, t);
+        store_row<D>(o_copy + row, o, r, inv, t);
         if (t == 0) lse[((int64_t)b * heads + h) * seq + q] = m[r] + log2f(sum);
     }
 }
@@ -334,10 +362,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqk
     load_queries(0, 0);
     cp_async_commit();
     float dk[D / 8][4], dv[D / 8][4];
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) dk[n][e] = dv[n][e] = 0.0f;
+    zero(dk);
+    zero(dv);
 
     for (int i = 0; i < steps; ++i) {
         const int stage = i & 1, q0 = (first + i) * kStep;
@@ -356,27 +382,11 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqk
             for (int half = 0; half < 2; ++half) {
                 const int qc = half * 32;
                 float p[4][4], dp[4][4];
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e) p[j][e] = dp[j][e] = 0.0f;
+                zero(p);
+                zero(dp);
                 /* S^T = K Q^T and dP^T = V dO^T: 16 keys x 32 queries */
-#pragma unroll
-                for (int kk = 0; kk < D / 16; ++kk) {
-                    uint32_t ak[4], av[4];
-                    frag_a<D>(ak, ks, row0, kk * 16, lane);
-                    frag_a<D>(av, vs, row0, kk * 16, lane);
-#pragma unroll
-                    for (int j = 0; j < 4; j += 2) {
-                        uint32_t bb[4];
-                        frag_b_nk<D>(bb, qst, qc + j * 8, kk * 16, lane);
-                        mma_bf16(p[j], ak, bb[0], bb[1]);
-                        mma_bf16(p[j + 1], ak, bb[2], bb[3]);
-                        frag_b_nk<D>(bb, dost, qc + j * 8, kk * 16, lane);
-                        mma_bf16(dp[j], av, bb[0], bb[1]);
-                        mma_bf16(dp[j + 1], av, bb[2], bb[3]);
-                    }
-                }
+                mma_rows_by_rows<D>(p, ks, row0, qst, qc, lane);
+                mma_rows_by_rows<D>(dp, vs, row0, dost, qc, lane);
                 /* P^T, then dS^T = P^T (dP^T - dsum) in dp */
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
@@ -393,16 +403,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqk
                     uint32_t ap[4], as[4];
                     acc_as_a(ap, p[2 * kk], p[2 * kk + 1]);
                     acc_as_a(as, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-                    for (int n = 0; n < D / 8; n += 2) {
-                        uint32_t bb[4];
-                        frag_b_kn<D>(bb, dost, n * 8, qc + kk * 16, lane);
-                        mma_bf16(dv[n], ap, bb[0], bb[1]);
-                        mma_bf16(dv[n + 1], ap, bb[2], bb[3]);
-                        frag_b_kn<D>(bb, qst, n * 8, qc + kk * 16, lane);
-                        mma_bf16(dk[n], as, bb[0], bb[1]);
-                        mma_bf16(dk[n + 1], as, bb[2], bb[3]);
-                    }
+                    mma_rows_by_tile<D>(dv, ap, dost, qc + kk * 16, lane);
+                    mma_rows_by_tile<D>(dk, as, qst, qc + kk * 16, lane);
                 }
             }
         }
@@ -415,12 +417,8 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqk
         const int key = krow[r];
         if (key >= seq) continue;
         float *row = dqkv + ((int64_t)b * seq + key) * ld3 + h * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n) {
-            *reinterpret_cast<float2 *>(row + dim + n * 8 + 2 * t) =
-                make_float2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
-            *reinterpret_cast<float2 *>(row + 2 * dim + n * 8 + 2 * t) = make_float2(dv[n][2 * r], dv[n][2 * r + 1]);
-        }
+        store_row<D>(row + dim, dk, r, scale, t);
+        store_row<D>(row + 2 * dim, dv, r, 1.0f, t);
     }
 }
 
@@ -453,8 +451,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv
     load_async<kStep, D>(vs, v16 + head, 0, seq);
     cp_async_commit();
     float dq[D / 8][4];
-#pragma unroll
-    for (int n = 0; n < D / 8; ++n) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+    zero(dq);
 
     for (int kb = 0; kb < steps; ++kb) {
         const int k0 = kb * kStep, stage = kb & 1;
@@ -470,27 +467,11 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv
         const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
         if (k0 <= q0 + row0 + 15) {
             float p[8][4], dp[8][4];
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) p[j][e] = dp[j][e] = 0.0f;
+            zero(p);
+            zero(dp);
             /* S = Q K^T and dP = dO V^T: 16 queries x 64 keys */
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                uint32_t aq[4], ad[4];
-                frag_a<D>(aq, qs, row0, kk * 16, lane);
-                frag_a<D>(ad, dos, row0, kk * 16, lane);
-#pragma unroll
-                for (int j = 0; j < 8; j += 2) {
-                    uint32_t bb[4];
-                    frag_b_nk<D>(bb, kst, j * 8, kk * 16, lane);
-                    mma_bf16(p[j], aq, bb[0], bb[1]);
-                    mma_bf16(p[j + 1], aq, bb[2], bb[3]);
-                    frag_b_nk<D>(bb, vst, j * 8, kk * 16, lane);
-                    mma_bf16(dp[j], ad, bb[0], bb[1]);
-                    mma_bf16(dp[j + 1], ad, bb[2], bb[3]);
-                }
-            }
+            mma_rows_by_rows<D>(p, qs, row0, kst, 0, lane);
+            mma_rows_by_rows<D>(dp, dos, row0, vst, 0, lane);
 #pragma unroll
             for (int j = 0; j < 8; ++j)
 #pragma unroll
@@ -504,13 +485,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv
             for (int kk = 0; kk < kStep / 16; ++kk) {
                 uint32_t as[4];
                 acc_as_a(as, dp[2 * kk], dp[2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < D / 8; n += 2) {
-                    uint32_t bb[4];
-                    frag_b_kn<D>(bb, kst, n * 8, kk * 16, lane);
-                    mma_bf16(dq[n], as, bb[0], bb[1]);
-                    mma_bf16(dq[n + 1], as, bb[2], bb[3]);
-                }
+                mma_rows_by_tile<D>(dq, as, kst, kk * 16, lane);
             }
         }
         __syncthreads();
@@ -521,10 +496,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv
     for (int r = 0; r < 2; ++r) {
         const int q = qrow[r];
         if (q >= seq) continue;
-        float *row = dqkv + ((int64_t)b * seq + q) * ld3 + h * D;
-#pragma unroll
-        for (int n = 0; n < D / 8; ++n)
-            *reinterpret_cast<float2 *>(row + n * 8 + 2 * t) = make_float2(dq[n][2 * r] * scale, dq[n][2 * r + 1] * scale);
+        store_row<D>(dqkv + ((int64_t)b * seq + q) * ld3 + h * D, dq, r, scale, t);
     }
 }
 
