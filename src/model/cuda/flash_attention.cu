@@ -170,6 +170,24 @@ __device__ __forceinline__ void load_async(uint16_t *dst, const uint16_t *head, 
     }
 }
 
+/* Keys and values of stage kb (in buffer kb % 2 of ks, vs) are in shared
+ * memory for every thread; those of stage kb + 1 are on their way into the
+ * other buffer (the caller syncs again before that buffer is reused). */
+template <int D>
+__device__ __forceinline__ void key_stage_ready(uint16_t *ks, uint16_t *vs, const uint16_t *k_head,
+                                                const uint16_t *v_head, int kb, int steps, int seq) {
+    if (kb + 1 < steps) {
+        const int next = (kb + 1) & 1;
+        load_async<kStep, D>(ks + next * kStep * ld<D>(), k_head, (kb + 1) * kStep, seq);
+        load_async<kStep, D>(vs + next * kStep * ld<D>(), v_head, (kb + 1) * kStep, seq);
+        cp_async_commit();
+        cp_async_wait<1>();
+    } else {
+        cp_async_wait<0>();
+    }
+    __syncthreads();
+}
+
 __device__ __forceinline__ float quad_max(float x) {
     x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
     return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
@@ -236,15 +254,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(float *out, flo
 
     for (int kb = 0; kb < steps; ++kb) {
         const int k0 = kb * kStep, stage = kb & 1;
-        if (kb + 1 < steps) { /* the next stage loads while this one is used */
-            load_async<kStep, D>(ks + (stage ^ 1) * kStep * ld<D>(), k16 + head, k0 + kStep, seq);
-            load_async<kStep, D>(vs + (stage ^ 1) * kStep * ld<D>(), v16 + head, k0 + kStep, seq);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        key_stage_ready<D>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
         const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
         if (k0 <= q0 + row0 + 15) { /* some key of the stage is visible to this warp's rows */
             float s[8][4];
@@ -455,15 +465,7 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv
 
     for (int kb = 0; kb < steps; ++kb) {
         const int k0 = kb * kStep, stage = kb & 1;
-        if (kb + 1 < steps) {
-            load_async<kStep, D>(ks + (stage ^ 1) * kStep * ld<D>(), k16 + head, k0 + kStep, seq);
-            load_async<kStep, D>(vs + (stage ^ 1) * kStep * ld<D>(), v16 + head, k0 + kStep, seq);
-            cp_async_commit();
-            cp_async_wait<1>();
-        } else {
-            cp_async_wait<0>();
-        }
-        __syncthreads();
+        key_stage_ready<D>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
         const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
         if (k0 <= q0 + row0 + 15) {
             float p[8][4], dp[8][4];
