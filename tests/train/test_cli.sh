@@ -84,6 +84,20 @@ same_file() { # same_file "what" expected actual
 # The train losses of a metrics file, one "step loss" per line.
 losses() { sed -n 's/.*"type":"train","step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
 
+# losses_close "what" reference.jsonl other.jsonl steps: the other run logged `steps` steps, each loss within 1%
+# of the reference run's at the same step.
+losses_close() {
+    local what="$1" ref="$2" other="$3" steps="$4" worst
+    checks=$((checks + 1))
+    worst=$(paste <(losses "$ref") <(losses "$other") |
+            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
+    if [[ $(losses "$other" | wc -l) -eq $steps ]] && awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
+        echo "ok   $what (worst relative loss gap $worst)"
+    else
+        fail "$what: worst relative loss gap $worst over $(losses "$other" | wc -l) of $steps steps"
+    fi
+}
+
 # ---------------------------------------------------------------------------
 test_resume() {
     expect_ok "uninterrupted run, 6 steps" train "${common[@]}" --steps 6 --checkpoint-dir full || return
@@ -228,15 +242,7 @@ test_cuda() {
     fi
     # The same run on the CPU: fp8 codes may round differently, the losses stay close.
     expect_ok "CPU: the same 6 steps" train "${common[@]}" --steps 6 --checkpoint-dir cfull || return
-    checks=$((checks + 1))
-    local worst
-    worst=$(paste <(losses cfull/metrics.jsonl) <(losses gfull/metrics.jsonl) |
-            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
-    if awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
-        echo "ok   GPU losses within 1% of the CPU's (worst relative gap $worst)"
-    else
-        fail "GPU losses drift from the CPU's: worst relative gap $worst"
-    fi
+    losses_close "GPU losses within 1% of the CPU's" cfull/metrics.jsonl gfull/metrics.jsonl 6
     expect_ok "a CPU checkpoint resumes on the GPU" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
         --eval-every 2 --eval-batches 1 --threads 2 "${gpu[@]}" --steps 8 --checkpoint-dir cfull --resume || return
     grep -qF "resumed from cfull/checkpoint.bin at step 6" out.txt || fail "no 'resumed at step 6' line"
@@ -257,14 +263,7 @@ test_cuda() {
     expect_ok "GPU: small model, flash attention, 6 steps" train "${common[@]}" "${gpu[@]}" "${small[@]}" --steps 6 \
         --flash-attention --checkpoint-dir gflash || return
     grep -qF "flash attention" out.txt || fail "the banner does not say flash attention: $(head -n 3 out.txt)"
-    checks=$((checks + 1))
-    worst=$(paste <(losses gsmall/metrics.jsonl) <(losses gflash/metrics.jsonl) |
-            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
-    if [[ $(losses gflash/metrics.jsonl | wc -l) -eq 6 ]] && awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
-        echo "ok   GPU: flash attention losses within 1% of fp32 attention (worst relative gap $worst)"
-    else
-        fail "GPU: flash attention losses drift: worst relative gap $worst"
-    fi
+    losses_close "GPU: flash attention losses within 1% of fp32 attention" gsmall/metrics.jsonl gflash/metrics.jsonl 6
     expect_ok "GPU: flash attention stopped at step 3" train "${common[@]}" "${gpu[@]}" "${small[@]}" --steps 6 \
         --flash-attention --stop-at 3 --checkpoint-dir gflashpart || return
     expect_ok "GPU: flash attention resumed" train "${common[@]}" "${gpu[@]}" "${small[@]}" --flash-attention \
@@ -300,15 +299,7 @@ data_parallel_checks() {
     expect_ok "$tag: 2 ranks x batch 1, 6 steps" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 \
         --checkpoint-dir "${tag}r2" || return
     grep -qF "x 2 ranks" out.txt || fail "$tag: the run line does not say 2 ranks: $(grep '^run:' out.txt)"
-    checks=$((checks + 1))
-    local worst
-    worst=$(paste <(losses "${tag}b2/metrics.jsonl") <(losses "${tag}r2/metrics.jsonl") |
-            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
-    if [[ $(losses "${tag}r2/metrics.jsonl" | wc -l) -eq 6 ]] && awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
-        echo "ok   $tag: 2 ranks x batch 1 track 1 rank x batch 2 (worst relative loss gap $worst)"
-    else
-        fail "$tag: 2 ranks drift from 1 rank with the same global batch: worst gap $worst"
-    fi
+    losses_close "$tag: 2 ranks x batch 1 track 1 rank x batch 2" "${tag}b2/metrics.jsonl" "${tag}r2/metrics.jsonl" 6
     expect_ok "$tag: 2 ranks stopped at step 3" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 --stop-at 3 \
         --checkpoint-dir "${tag}r2part" || return
     expect_ok "$tag: resumed (ranks from the checkpoint)" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
