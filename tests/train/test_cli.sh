@@ -84,6 +84,16 @@ same_file() { # same_file "what" expected actual
 # The train losses of a metrics file, one "step loss" per line.
 losses() { sed -n 's/.*"type":"train","step":\([0-9]*\),"loss":\([^,]*\),.*/\1 \2/p' "$1"; }
 
+# losses_same "what" a.jsonl b.jsonl: both runs logged the same losses, bit for bit, and at least one.
+losses_same() {
+    checks=$((checks + 1))
+    if [[ "$(losses "$2")" == "$(losses "$3")" && -n "$(losses "$2")" ]]; then
+        echo "ok   $1"
+    else
+        fail "$1: losses differ: $(losses "$2" | tr '\n' ' ') vs $(losses "$3" | tr '\n' ' ')"
+    fi
+}
+
 # losses_close "what" reference.jsonl other.jsonl steps: the other run logged `steps` steps, each loss within 1%
 # of the reference run's at the same step.
 losses_close() {
@@ -108,12 +118,7 @@ test_resume() {
         --eval-every 2 --eval-batches 1 --threads 2 --checkpoint-dir part --resume || return
     grep -q "resumed from part/checkpoint.bin at step 3" out.txt || fail "no 'resumed at step 3' line"
     same_file "resumed checkpoint is bit-identical to the uninterrupted one" full/checkpoint.bin part/checkpoint.bin
-    checks=$((checks + 1))
-    if [[ "$(losses full/metrics.jsonl)" == "$(losses part/metrics.jsonl)" && -n "$(losses full/metrics.jsonl)" ]]; then
-        echo "ok   losses of steps 1..6 identical"
-    else
-        fail "losses differ: $(losses full/metrics.jsonl | tr '\n' ' ') vs $(losses part/metrics.jsonl | tr '\n' ' ')"
-    fi
+    losses_same "losses of steps 1..6 identical" full/metrics.jsonl part/metrics.jsonl
     # bf16 recipe with gradient accumulation, resumed from an explicit file.
     expect_ok "bf16, accum 2, uninterrupted" train "${common[@]}" --recipe bf16 --grad-accum 2 --steps 4 --checkpoint-dir fa || return
     expect_ok "bf16, accum 2, stopped at 2" train "${common[@]}" --recipe bf16 --grad-accum 2 --steps 4 --stop-at 2 --checkpoint-dir pa || return
@@ -234,12 +239,7 @@ test_cuda() {
     expect_ok "GPU: resumed to step 6" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
         --eval-every 2 --eval-batches 1 --threads 2 "${gpu[@]}" --checkpoint-dir gpart --resume || return
     same_file "GPU: resumed checkpoint is bit-identical to the uninterrupted one" gfull/checkpoint.bin gpart/checkpoint.bin
-    checks=$((checks + 1))
-    if [[ "$(losses gfull/metrics.jsonl)" == "$(losses gpart/metrics.jsonl)" && -n "$(losses gfull/metrics.jsonl)" ]]; then
-        echo "ok   GPU: losses of steps 1..6 identical"
-    else
-        fail "GPU: losses differ: $(losses gfull/metrics.jsonl | tr '\n' ' ') vs $(losses gpart/metrics.jsonl | tr '\n' ' ')"
-    fi
+    losses_same "GPU: losses of steps 1..6 identical" gfull/metrics.jsonl gpart/metrics.jsonl
     # The same run on the CPU: fp8 codes may round differently, the losses stay close.
     expect_ok "CPU: the same 6 steps" train "${common[@]}" --steps 6 --checkpoint-dir cfull || return
     losses_close "GPU losses within 1% of the CPU's" cfull/metrics.jsonl gfull/metrics.jsonl 6
