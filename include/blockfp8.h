@@ -337,6 +337,17 @@ bfp8_status bfp8_linear_forward(bfp8_linear *lin, const uint16_t *x, int64_t tok
 bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t *dx, float *dw,
                                  int accumulate);
 
+/* The same with f32 activations (x, y, dy, dx f32 contiguous), for callers
+ * that keep them in f32: the quantizers read f32 directly and the GEMMs
+ * write f32, so nothing is converted or rounded to bf16 on the way. The
+ * fp8-blockwise recipe only (the others keep a bf16 x for their bf16 wgrad:
+ * BFP8_ERR_UNSUPPORTED). Forward and backward may mix the two forms. With x
+ * holding bf16 values, the codes, scales and dw are those of the bf16 form
+ * bit for bit, and y and dx round to its outputs (RECIPE.md section 7). */
+bfp8_status bfp8_linear_forward_f32(bfp8_linear *lin, const float *x, int64_t tokens, float *y);
+bfp8_status bfp8_linear_backward_f32(bfp8_linear *lin, const float *dy, float *dx, float *dw,
+                                     int accumulate);
+
 #ifdef __cplusplus
 }
 #endif

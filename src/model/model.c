@@ -84,18 +84,21 @@ static void plan_activations(model *m, arena_plan *a) {
     act->head_t = take_floats(a, D * V);
     act->tokens = arena_take(a, (size_t)M * sizeof(int32_t));
     act->targets = arena_take(a, (size_t)M * sizeof(int32_t));
-    m->linear_scratch.in_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
-    m->linear_scratch.out_bf16 = arena_take(a, (size_t)(M * W) * sizeof(uint16_t));
+    /* bf16 boundaries: the recipes with a bf16 GEMM only */
+    const int exact = m->options.exact_linears;
+    const int bf16_io = !exact && !model_linear_f32_activations(m->options.recipe, exact);
+    const size_t bf16_scratch = bf16_io ? (size_t)(M * W) * sizeof(uint16_t) : 0;
+    m->linear_scratch.in_bf16 = arena_take(a, bf16_scratch);
+    m->linear_scratch.out_bf16 = arena_take(a, bf16_scratch);
     m->linear_scratch.weight_t = take_floats(a, D * W > F * D ? D * W : F * D);
     m->rope_cos = take_floats(a, c->max_seq * (D / c->n_heads) / 2);
     m->rope_sin = take_floats(a, c->max_seq * (D / c->n_heads) / 2);
-    const int exact = m->options.exact_linears;
     for (int64_t l = 0; l < L; ++l) {
         model_block *blk = &m->blocks[l];
         model_linear *lins[LINEARS_PER_BLOCK] = {&blk->qkv, &blk->out, &blk->gate_up, &blk->down};
         const int64_t in_features[LINEARS_PER_BLOCK] = {D, D, D, F};
         for (int i = 0; i < LINEARS_PER_BLOCK; ++i) {
-            void *saved = arena_take(a, model_linear_saved_bytes(in_features[i], M, exact));
+            void *saved = arena_take(a, model_linear_saved_bytes(in_features[i], M, m->options.recipe, exact));
             if (a->base) lins[i]->saved_input = saved;
         }
     }
@@ -447,18 +450,16 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
     for (int l = 0; l < c->n_layers; ++l) {
         model_block *blk = &m->blocks[l];
         ops->rmsnorm_forward(a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
-        BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], 0));
+        BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], NULL));
         ops->rope_forward(a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         ops->rope_forward(a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         ops->attention_forward(a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
-        ops->copy_f32(a->residual_mid[l], a->residual[l], M * D);
-        BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], 1));
+        BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], a->residual[l]));
         ops->rmsnorm_forward(a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D,
                              c->norm_eps);
-        BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], 0));
+        BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
         ops->swiglu_forward(a->work_in, a->gate_up[l], M, F);
-        ops->copy_f32(a->residual[l + 1], a->residual_mid[l], M * D);
-        BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], 1));
+        BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], a->residual_mid[l]));
     }
     ops->rmsnorm_forward(a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D,
                          c->norm_eps);

@@ -1,7 +1,9 @@
 /*
- * model_linear.c - a model linear layer over bfp8_linear, converting fp32 to
- * bf16 on the way in and back on the way out, with the operations of the
- * context's backend (model_ops.h).
+ * model_linear.c - a model linear layer over bfp8_linear: the fp8-blockwise
+ * recipe takes the model's fp32 activations as they are (bfp8_linear's _f32
+ * forms); the recipes with a bf16 GEMM convert fp32 to bf16 on the way in and
+ * back on the way out, with the operations of the context's backend
+ * (model_ops.h).
  */
 #include "model/model_linear.h"
 
@@ -10,7 +12,13 @@
 
 #include "internal.h"
 
-size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, int exact) {
+int model_linear_f32_activations(bfp8_recipe recipe, int exact) {
+    return !exact && recipe == BFP8_RECIPE_FP8_BLOCKWISE;
+}
+
+size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_recipe recipe, int exact) {
+    /* fp8-blockwise keeps x^T quantized inside bfp8_linear: nothing to save here */
+    if (model_linear_f32_activations(recipe, exact)) return 0;
     return (size_t)(in_features * max_tokens) * (exact ? sizeof(float) : sizeof(uint16_t));
 }
 
@@ -25,6 +33,7 @@ bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *na
     l->out_features = out_features;
     l->max_tokens = max_tokens;
     l->exact = exact;
+    l->f32_activations = model_linear_f32_activations(recipe, exact);
     l->weight = weight;
     l->grad = grad;
     l->nonfinite_flags = nonfinite_flags;
@@ -52,7 +61,7 @@ bfp8_status model_linear_set_weight(model_linear *l) {
 }
 
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
-                                 int64_t tokens, float *y, int add_to_output) {
+                                 int64_t tokens, float *y, const float *residual) {
     const int64_t K = l->in_features, N = l->out_features;
     if (tokens > l->max_tokens)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: %lld tokens, at most %lld", l->name,
@@ -61,13 +70,20 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
         float *x_saved = l->saved_input;
         l->ops->copy_f32(x_saved, x, tokens * K);
         l->ops->transpose_f32(s->weight_t, l->weight, N, K);
-        l->ops->matmul_f32(y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, add_to_output);
+        if (residual) l->ops->copy_f32(y, residual, tokens * N);
+        l->ops->matmul_f32(y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, residual != NULL);
+        return BFP8_OK;
+    }
+    if (l->f32_activations) {
+        BFP8_TRY(bfp8_linear_forward_f32(l->lin, x, tokens, y));
+        if (residual) l->ops->add_f32(y, residual, tokens * N);
         return BFP8_OK;
     }
     uint16_t *x_bf16 = l->saved_input;
     l->ops->f32_to_bf16(x_bf16, x, tokens * K);
     BFP8_TRY(bfp8_linear_forward(l->lin, x_bf16, tokens, s->out_bf16));
-    l->ops->bf16_to_f32(y, s->out_bf16, tokens * N, add_to_output);
+    if (residual) l->ops->copy_f32(y, residual, tokens * N);
+    l->ops->bf16_to_f32(y, s->out_bf16, tokens * N, residual != NULL);
     return BFP8_OK;
 }
 
@@ -79,6 +95,7 @@ bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s
         l->ops->matmul_f32(l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
         return BFP8_OK;
     }
+    if (l->f32_activations) return bfp8_linear_backward_f32(l->lin, dy, dx, l->grad, accumulate);
     l->ops->f32_to_bf16(s->out_bf16, dy, tokens * N);
     BFP8_TRY(bfp8_linear_backward(l->lin, s->out_bf16, s->in_bf16, l->grad, accumulate));
     l->ops->bf16_to_f32(dx, s->in_bf16, tokens * K, 0);

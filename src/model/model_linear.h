@@ -1,7 +1,8 @@
 /*
  * model_linear.h - one linear layer of the model: fp32 activations on the
- * model side, bf16 at the boundary of bfp8_linear (which runs the recipe:
- * bf16, fp8-blockwise or fp8-blockwise-bf16wgrad), fp32 master weight and
+ * model side, handed to bfp8_linear (which runs the recipe: bf16,
+ * fp8-blockwise or fp8-blockwise-bf16wgrad) as they are in fp8-blockwise and
+ * as bf16 in the two recipes with a bf16 GEMM; fp32 master weight and
  * gradient in the model's parameter arena.
  *
  * The exact mode skips bfp8_linear and computes in fp32 (no rounding at
@@ -20,9 +21,10 @@ typedef struct model_linear {
     int layer;
     int64_t in_features, out_features, max_tokens;
     int exact;
+    int f32_activations;       /* fp8-blockwise: bfp8_linear's _f32 forms, no conversion */
     float *weight, *grad;      /* out x in, in the parameter arena */
     uint32_t *nonfinite_flags; /* BFP8_LINEAR_NUM_FLAGS, backend memory */
-    void *saved_input;         /* the last forward's input: bf16, or f32 when exact */
+    void *saved_input;         /* the last forward's input: bf16, or f32 when exact; unused with f32_activations */
     bfp8_linear *lin;          /* NULL when exact */
     const model_ops *ops;      /* the context's backend: conversions, exact-mode products */
 } model_linear;
@@ -33,8 +35,12 @@ typedef struct model_linear_scratch {
     float *weight_t;              /* widest weight, transposed (exact mode) */
 } model_linear_scratch;
 
-/* Bytes of saved_input that one layer needs. */
-size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, int exact);
+/* 1 when the layer hands bfp8_linear the fp32 activations as they are
+ * (fp8-blockwise), 0 when it converts them to bf16 (or computes exactly). */
+int model_linear_f32_activations(bfp8_recipe recipe, int exact);
+
+/* Bytes of saved_input that one layer needs (0 for fp8-blockwise). */
+size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_recipe recipe, int exact);
 
 bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *name, int layer,
                               int64_t in_features, int64_t out_features, int64_t max_tokens,
@@ -45,9 +51,10 @@ void model_linear_release(model_linear *l);
 /* Re-read the fp32 master weight (quantize it, or round it to bf16). */
 bfp8_status model_linear_set_weight(model_linear *l);
 
-/* y (tokens x out) = x W^T, or y += x W^T when add_to_output. */
+/* y (tokens x out) = x W^T, or residual + x W^T when residual is not NULL
+ * (residual: tokens x out, not y). */
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
-                                 int64_t tokens, float *y, int add_to_output);
+                                 int64_t tokens, float *y, const float *residual);
 
 /* dx (tokens x in, written) = dy W;  grad = (accumulate ? grad : 0) + dy^T x. */
 bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s, const float *dy,

@@ -26,6 +26,11 @@ static void zero_f32_cpu(float *dst, int64_t n) {
     if (n > 0) memset(dst, 0, (size_t)n * sizeof *dst);
 }
 
+static void add_f32_cpu(float *dst, const float *src, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
+    for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
 static void f32_to_bf16_cpu(uint16_t *dst, const float *src, int64_t n) {
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
     for (int64_t i = 0; i < n; ++i) dst[i] = bfp8_encode_bf16(src[i]);
@@ -61,6 +66,7 @@ const model_ops model_ops_cpu = {
     .gradient_global_norm = gradient_global_norm,
     .copy_f32 = copy_f32_cpu,
     .zero_f32 = zero_f32_cpu,
+    .add_f32 = add_f32_cpu,
     .f32_to_bf16 = f32_to_bf16_cpu,
     .bf16_to_f32 = bf16_to_f32_cpu,
 };
@@ -86,6 +92,7 @@ static const model_ops model_ops_cuda_table = {
     .gradient_global_norm = gradient_global_norm_cuda,
     .copy_f32 = copy_f32_cuda,
     .zero_f32 = zero_f32_cuda,
+    .add_f32 = add_f32_cuda,
     .f32_to_bf16 = f32_to_bf16_cuda,
     .bf16_to_f32 = bf16_to_f32_cuda,
 };

@@ -58,10 +58,11 @@ typedef struct model_ops {
     void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n,
                          const adamw_hparams *h, float grad_scale, int64_t step, int decay);
     double (*gradient_global_norm)(const float *grad, size_t n);
-    /* dst = src (n floats); dst = 0; dst = bf16(src) (round to nearest even);
-     * dst = f32(src), or dst += f32(src) when add */
+    /* dst = src (n floats); dst = 0; dst += src; dst = bf16(src) (round to
+     * nearest even); dst = f32(src), or dst += f32(src) when add */
     void (*copy_f32)(float *dst, const float *src, int64_t n);
     void (*zero_f32)(float *dst, int64_t n);
+    void (*add_f32)(float *dst, const float *src, int64_t n);
     void (*f32_to_bf16)(uint16_t *dst, const float *src, int64_t n);
     void (*bf16_to_f32)(float *dst, const uint16_t *src, int64_t n, int add);
 } model_ops;
@@ -126,6 +127,7 @@ void adamw_update_cuda(float *param, const float *grad, float *m, float *v, size
 double gradient_global_norm_cuda(const float *grad, size_t n);
 void copy_f32_cuda(float *dst, const float *src, int64_t n);
 void zero_f32_cuda(float *dst, int64_t n);
+void add_f32_cuda(float *dst, const float *src, int64_t n);
 void f32_to_bf16_cuda(uint16_t *dst, const float *src, int64_t n);
 void bf16_to_f32_cuda(float *dst, const uint16_t *src, int64_t n, int add);
 

@@ -13,10 +13,14 @@
  *                                        dW (+)= gemm_bf16(dy^T, x^T transposed)   fp32
  *   bf16                     W converted to bf16 at set_weight; the three GEMMs are bf16.
  *
+ * The activations (x, y, dy, dx) are bf16, or f32 in the _f32 forms
+ * (fp8-blockwise only): the same calls on matrices of the other dtype.
+ *
  * Every buffer is allocated at create, sized by max_tokens; forward and
  * backward build views of them for the current token count and allocate
  * nothing.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,26 +184,40 @@ static bfp8_status check_ready(const bfp8_linear *lin, const char *fn) {
     return BFP8_OK;
 }
 
-/* A bf16 activation pointer: present, aligned, in the backend's memory. */
-static bfp8_status check_bf16_pointer(const bfp8_linear *lin, const void *p, const char *what) {
+/* An activation pointer (bf16 or f32): present, aligned, in the backend's memory. */
+static bfp8_status check_activation_pointer(const bfp8_linear *lin, const void *p, bfp8_dtype dtype,
+                                            const char *what) {
     if (!p) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s is NULL", what);
-    if ((uintptr_t)p % sizeof(uint16_t) != 0)
-        return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s is not 2-byte aligned", what);
+    const size_t size = bfp8_dtype_size(dtype);
+    if ((uintptr_t)p % size != 0) return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s is not %zu-byte aligned", what, size);
     return bfp8_check_pointer(lin->ctx, p, what);
 }
 
-bfp8_status bfp8_linear_forward(bfp8_linear *lin, const uint16_t *x, int64_t tokens, uint16_t *y) {
-    static const char fn[] = "bfp8_linear_forward";
+/* f32 activations: fp8-blockwise only (the other recipes keep a bf16 x). */
+static bfp8_status check_f32_recipe(const bfp8_linear *lin, const char *fn) {
+    if (!has_fp8_wgrad(lin))
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: f32 activations need the fp8-blockwise recipe (this layer: %s)",
+                         fn, bfp8_recipe_name(lin->cfg.recipe));
+    return BFP8_OK;
+}
+
+/* y = x W^T with x and y of dtype (bf16, or f32 for fp8-blockwise). */
+static bfp8_status linear_forward(bfp8_linear *lin, const void *x, bfp8_dtype dtype, int64_t tokens, void *y,
+                                  const char *fn) {
     if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
     BFP8_TRY(check_ready(lin, fn));
-    BFP8_TRY(check_bf16_pointer(lin, x, "bfp8_linear_forward: x"));
-    BFP8_TRY(check_bf16_pointer(lin, y, "bfp8_linear_forward: y"));
+    if (dtype == BFP8_F32) BFP8_TRY(check_f32_recipe(lin, fn));
+    char what[64];
+    snprintf(what, sizeof what, "%s: x", fn);
+    BFP8_TRY(check_activation_pointer(lin, x, dtype, what));
+    snprintf(what, sizeof what, "%s: y", fn);
+    BFP8_TRY(check_activation_pointer(lin, y, dtype, what));
     if (tokens < 1 || tokens > lin->cfg.max_tokens)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: tokens %lld, expected 1..max_tokens (%lld)", fn,
                          (long long)tokens, (long long)lin->cfg.max_tokens);
     const int64_t m = tokens, n = lin->cfg.out_features, k = lin->cfg.in_features;
-    const bfp8_matrix xm = {(void *)x, BFP8_BF16, m, k, k};
-    bfp8_matrix ym = {y, BFP8_BF16, m, n, n};
+    const bfp8_matrix xm = {(void *)x, dtype, m, k, k};
+    bfp8_matrix ym = {y, dtype, m, n, n};
     lin->tokens = 0; /* what a failed forward leaves cannot be differentiated */
     if (is_fp8(lin)) {
         bfp8_qmatrix x_q = view(&lin->x_q, m, k, BFP8_GRAN_1X128);
@@ -212,29 +230,42 @@ bfp8_status bfp8_linear_forward(bfp8_linear *lin, const uint16_t *x, int64_t tok
         const bfp8_matrix w = {lin->w_bf16, BFP8_BF16, n, k, k};
         BFP8_TRY(bfp8_gemm_bf16(lin->ctx, &xm, 0, &w, 0, NULL, &ym));
     }
-    lin->x_saved = has_fp8_wgrad(lin) ? NULL : x;
+    lin->x_saved = has_fp8_wgrad(lin) ? NULL : (const uint16_t *)x; /* bf16: the only form of those recipes */
     lin->tokens = m;
     return BFP8_OK;
 }
 
-bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t *dx, float *dw,
-                                 int accumulate) {
-    static const char fn[] = "bfp8_linear_backward";
+bfp8_status bfp8_linear_forward(bfp8_linear *lin, const uint16_t *x, int64_t tokens, uint16_t *y) {
+    return linear_forward(lin, x, BFP8_BF16, tokens, y, "bfp8_linear_forward");
+}
+
+bfp8_status bfp8_linear_forward_f32(bfp8_linear *lin, const float *x, int64_t tokens, float *y) {
+    return linear_forward(lin, x, BFP8_F32, tokens, y, "bfp8_linear_forward_f32");
+}
+
+/* Backward of the last forward with dy and dx of dtype. */
+static bfp8_status linear_backward(bfp8_linear *lin, const void *dy, bfp8_dtype dtype, void *dx, float *dw,
+                                   int accumulate, const char *fn) {
     if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
     BFP8_TRY(check_ready(lin, fn));
+    if (dtype == BFP8_F32) BFP8_TRY(check_f32_recipe(lin, fn));
     if (lin->tokens == 0)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no forward to differentiate (call bfp8_linear_forward first)", fn);
     if (accumulate != 0 && accumulate != 1)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: accumulate must be 0 or 1", fn);
-    BFP8_TRY(check_bf16_pointer(lin, dy, "bfp8_linear_backward: dy"));
-    if (dx) BFP8_TRY(check_bf16_pointer(lin, dx, "bfp8_linear_backward: dx"));
+    char what[64];
+    snprintf(what, sizeof what, "%s: dy", fn);
+    BFP8_TRY(check_activation_pointer(lin, dy, dtype, what));
+    snprintf(what, sizeof what, "%s: dx", fn);
+    if (dx) BFP8_TRY(check_activation_pointer(lin, dx, dtype, what));
     if (!dw) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: dw is NULL", fn);
     if ((uintptr_t)dw % sizeof(float) != 0)
         return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: dw is not 4-byte aligned", fn);
-    BFP8_TRY(bfp8_check_pointer(lin->ctx, dw, "bfp8_linear_backward: dw"));
+    snprintf(what, sizeof what, "%s: dw", fn);
+    BFP8_TRY(bfp8_check_pointer(lin->ctx, dw, what));
 
     const int64_t m = lin->tokens, n = lin->cfg.out_features, k = lin->cfg.in_features;
-    const bfp8_matrix dym = {(void *)dy, BFP8_BF16, m, n, n};
+    const bfp8_matrix dym = {(void *)dy, dtype, m, n, n};
     bfp8_matrix dwm = {dw, BFP8_F32, n, k, k};
     const bfp8_matrix *c = accumulate ? &dwm : NULL;
     if (is_fp8(lin)) {
@@ -245,7 +276,7 @@ bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t 
             BFP8_TRY(bfp8_quantize_1x128(lin->ctx, &dym, dx ? &dy_q : NULL, has_fp8_wgrad(lin) ? &dyt_q : NULL, &o));
         if (dx) {
             const bfp8_qmatrix wt_q = view(&lin->wt_q, k, n, BFP8_GRAN_128X128);
-            bfp8_matrix dxm = {dx, BFP8_BF16, m, k, k};
+            bfp8_matrix dxm = {dx, dtype, m, k, k};
             BFP8_TRY(bfp8_gemm_1d2d(lin->ctx, &dy_q, &wt_q, &dxm));
         }
         if (has_fp8_wgrad(lin)) {
@@ -261,4 +292,12 @@ bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t 
     /* dW[N, K] = dy^T[N, M] . x[M, K]: both stored M-major, so both transposed */
     const bfp8_matrix xm = {(void *)lin->x_saved, BFP8_BF16, m, k, k};
     return bfp8_gemm_bf16(lin->ctx, &dym, 1, &xm, 1, c, &dwm);
+}
+
+bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t *dx, float *dw, int accumulate) {
+    return linear_backward(lin, dy, BFP8_BF16, dx, dw, accumulate, "bfp8_linear_backward");
+}
+
+bfp8_status bfp8_linear_backward_f32(bfp8_linear *lin, const float *dy, float *dx, float *dw, int accumulate) {
+    return linear_backward(lin, dy, BFP8_F32, dx, dw, accumulate, "bfp8_linear_backward_f32");
 }

@@ -662,9 +662,10 @@ static void test_beyond_2_31(void) {
 /* ------------------------------------------------------------------------ */
 /* Copies and bf16 conversions                                               */
 
-static void test_copy_zero(test_rng *rng) {
+static void test_copy_add_zero(test_rng *rng) {
     op_summary copy = {"copy_f32", "(differing floats; must be 0)", 0, 0};
     op_summary zero = {"zero_f32", "(differing floats; must be 0)", 0, 0};
+    op_summary add = {"add_f32", "(differing floats; must be 0)", 0, 0};
     for (int ni = 0; ni < COUNT_OF(kFlatSizes); ++ni)
         for (int off = 0; off < 2; ++off) {
             const int64_t n = kFlatSizes[ni], total = n + 4;
@@ -683,6 +684,22 @@ static void test_copy_zero(test_rng *rng) {
             CHECK(diffs == 0, "%s: copy, %lld floats differ", what, (long long)diffs);
             note(&copy, (double)diffs);
 
+            /* dst += src, the source misaligned against dst when off = 0 (element-wise path) */
+            model_ops_cpu.add_f32(dst + off, src + 1, n);
+            add_f32_cuda(d_dst + off, d_src + 1, n);
+            finish_op("add_f32_cuda");
+            to_host(got, d_dst, (size_t)total * sizeof(float));
+            diffs = test_compare_f32_bits(what, dst, got, total);
+            CHECK(diffs == 0, "%s: add, %lld floats differ", what, (long long)diffs);
+            note(&add, (double)diffs);
+            model_ops_cpu.add_f32(dst + 2, src + 2, n); /* both at the same alignment (vector path) */
+            add_f32_cuda(d_dst + 2, d_src + 2, n);
+            finish_op("add_f32_cuda");
+            to_host(got, d_dst, (size_t)total * sizeof(float));
+            diffs = test_compare_f32_bits(what, dst, got, total);
+            CHECK(diffs == 0, "%s: add (aligned alike), %lld floats differ", what, (long long)diffs);
+            note(&add, (double)diffs);
+
             model_ops_cpu.zero_f32(dst + off, n);
             zero_f32_cuda(d_dst + off, n);
             finish_op("zero_f32_cuda");
@@ -698,6 +715,7 @@ static void test_copy_zero(test_rng *rng) {
             free(got);
         }
     print_summary(&copy);
+    print_summary(&add);
     print_summary(&zero);
 }
 
@@ -845,7 +863,7 @@ int main(void) {
     test_transpose(&rng);
     test_adamw(&rng);
     test_gradient_norm(&rng);
-    test_copy_zero(&rng);
+    test_copy_add_zero(&rng);
     test_bf16_conversions(&rng);
     test_beyond_2_31();
 

@@ -385,7 +385,8 @@ static void test_gemms(const operands *o) {
 
 static void test_linear(void) {
     static const char create[] = "bfp8_linear_create", set[] = "bfp8_linear_set_weight",
-                      fwd[] = "bfp8_linear_forward", bwd[] = "bfp8_linear_backward";
+                      fwd[] = "bfp8_linear_forward", bwd[] = "bfp8_linear_backward",
+                      fwd32[] = "bfp8_linear_forward_f32", bwd32[] = "bfp8_linear_backward_f32";
     enum { LK = 136, LN = 24, LM = 8 };
     bfp8_linear **out = arena_alloc(sizeof *out);
     uint32_t *flags = arena_alloc(BFP8_LINEAR_NUM_FLAGS * sizeof(uint32_t) + 4);
@@ -394,6 +395,8 @@ static void test_linear(void) {
     uint16_t *dy = arena_alloc(LM * LN * 2), *dx = arena_alloc(LM * LK * 2 + 2);
     /* The canary is a valid input: 0xa5a5a5a5 and 0xa5a5 are small finite numbers. */
     float *dw = arena_alloc(LN * LK * sizeof(float) + 4);
+    float *xf = arena_alloc(LM * LK * 4 + 4), *yf = arena_alloc(LM * LN * 4 + 4);
+    float *dyf = arena_alloc(LM * LN * 4), *dxf = arena_alloc(LM * LK * 4 + 4);
 
     for (int recipe = 0; recipe < 3; ++recipe) {
         fprintf(stderr, "  linear, recipe %s\n", bfp8_recipe_name((bfp8_recipe)recipe));
@@ -449,6 +452,27 @@ static void test_linear(void) {
         EXPECT_FAIL(bfp8_linear_backward(lin, dy, dx, (float *)((char *)dw + 2), 0), BFP8_ERR_ALIGNMENT, bwd);
         CHECK_OK(bfp8_linear_backward(lin, dy, dx, dw, 0));
         CHECK(arena_touched() > 0, "a valid backward wrote nothing");
+
+        /* the f32 forms: fp8-blockwise only */
+        if (recipe == BFP8_RECIPE_FP8_BLOCKWISE) {
+            EXPECT_FAIL(bfp8_linear_forward_f32(NULL, xf, LM, yf), BFP8_ERR_NULL_POINTER, fwd32);
+            EXPECT_FAIL(bfp8_linear_forward_f32(lin, NULL, LM, yf), BFP8_ERR_NULL_POINTER, fwd32);
+            EXPECT_FAIL(bfp8_linear_forward_f32(lin, xf, LM + 1, yf), BFP8_ERR_SHAPE, fwd32);
+            EXPECT_FAIL(bfp8_linear_forward_f32(lin, (const float *)((const char *)xf + 2), LM, yf),
+                        BFP8_ERR_ALIGNMENT, fwd32);
+            EXPECT_FAIL(bfp8_linear_forward_f32(lin, xf, LM, (float *)((char *)yf + 2)), BFP8_ERR_ALIGNMENT, fwd32);
+            CHECK_OK(bfp8_linear_forward_f32(lin, xf, LM, yf));
+            CHECK(arena_touched() > 0, "a valid f32 forward wrote nothing");
+            EXPECT_FAIL(bfp8_linear_backward_f32(lin, NULL, dxf, dw, 0), BFP8_ERR_NULL_POINTER, bwd32);
+            EXPECT_FAIL(bfp8_linear_backward_f32(lin, dyf, (float *)((char *)dxf + 2), dw, 0), BFP8_ERR_ALIGNMENT,
+                        bwd32);
+            EXPECT_FAIL(bfp8_linear_backward_f32(lin, dyf, dxf, dw, 3), BFP8_ERR_INVALID_VALUE, bwd32);
+            CHECK_OK(bfp8_linear_backward_f32(lin, dyf, dxf, dw, 0));
+            CHECK(arena_touched() > 0, "a valid f32 backward wrote nothing");
+        } else {
+            EXPECT_FAIL(bfp8_linear_forward_f32(lin, xf, LM, yf), BFP8_ERR_UNSUPPORTED, fwd32);
+            EXPECT_FAIL(bfp8_linear_backward_f32(lin, dyf, dxf, dw, 0), BFP8_ERR_UNSUPPORTED, bwd32);
+        }
         bfp8_linear_destroy(lin);
     }
 }

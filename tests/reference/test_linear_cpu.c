@@ -3,7 +3,9 @@
  * each recipe, against fp64 math of the unquantized inputs (docs/RECIPE.md
  * section 5: forward / dgrad / wgrad >= 25 / 30 / 30 dB), with ragged shapes,
  * accumulate on and off, dx skipped, pow2 scales, token counts below
- * max_tokens and the non-finite flags. The fp32 reference gradients used as
+ * max_tokens and the non-finite flags; fp8-blockwise's f32 forms against its
+ * bf16 forms (bit for bit up to the final rounding; the other recipes refuse
+ * them). The fp32 reference gradients used as
  * the bar's reference are themselves checked against central finite
  * differences of an fp64 forward (rel err < 1e-3).
  *
@@ -75,6 +77,25 @@ typedef struct case_spec {
     int pow2, accumulate, skip_dx;
 } case_spec;
 
+/* fp8-blockwise's f32 forms (bfp8_linear_forward_f32 / _backward_f32) on the
+ * bf16 forms' data, as f32: dw bit for bit, y and dx rounding to the bf16
+ * forms' outputs bit for bit (the same codes, scales and sums; only the final
+ * rounding differs). Counts of differing values, [y, dx, dw]. */
+static void linear_f32_forms_differ(bfp8_linear *lin, int64_t m, int64_t n, int64_t k, const float *xf, const float *dyf,
+                                    const float *dw_before, int skip_dx, int accumulate, const uint16_t *y,
+                                    const uint16_t *dx, const float *dw, int64_t differ[3]) {
+    float *y32 = test_malloc((size_t)(m * n) * sizeof(float)), *dx32 = test_malloc((size_t)(m * k) * sizeof(float));
+    float *dw32 = test_malloc((size_t)(n * k) * sizeof(float));
+    memcpy(dw32, dw_before, (size_t)(n * k) * sizeof(float));
+    CHECK_OK(bfp8_linear_forward_f32(lin, xf, m, y32));
+    CHECK_OK(bfp8_linear_backward_f32(lin, dyf, skip_dx ? NULL : dx32, dw32, accumulate));
+    differ[0] = differ[1] = differ[2] = 0;
+    for (int64_t i = 0; i < m * n; ++i) differ[0] += bfp8_f32_to_bf16(y32[i]) != y[i];
+    for (int64_t i = 0; !skip_dx && i < m * k; ++i) differ[1] += bfp8_f32_to_bf16(dx32[i]) != dx[i];
+    for (int64_t i = 0; i < n * k; ++i) differ[2] += memcmp(&dw32[i], &dw[i], sizeof(float)) != 0;
+    free(y32); free(dx32); free(dw32);
+}
+
 static void run_case(bfp8_recipe recipe, case_spec cs, uint64_t seed) {
     const int64_t m = cs.m, n = cs.n, k = cs.k;
     char what[160];
@@ -141,6 +162,18 @@ static void run_case(bfp8_recipe recipe, case_spec cs, uint64_t seed) {
     }
     CHECK(flags[0] == 0 && flags[1] == 0 && flags[2] == 0, "%s: non-finite flags %u %u %u on finite data",
           what, flags[0], flags[1], flags[2]);
+    if (fp8_wgrad) {
+        int64_t differ[3];
+        linear_f32_forms_differ(lin, m, n, k, xf, dyf, dw_before, cs.skip_dx, cs.accumulate, y, dx, dw, differ);
+        CHECK(differ[0] == 0 && differ[1] == 0 && differ[2] == 0,
+              "%s: the f32 forms differ from the bf16 forms in %lld y, %lld dx, %lld dw values", what,
+              (long long)differ[0], (long long)differ[1], (long long)differ[2]);
+    } else {
+        float *y32 = test_malloc((size_t)(m * n) * sizeof(float));
+        CHECK_STATUS(bfp8_linear_forward_f32(lin, xf, m, y32), BFP8_ERR_UNSUPPORTED);
+        CHECK_STATUS(bfp8_linear_backward_f32(lin, dyf, NULL, dw, 0), BFP8_ERR_UNSUPPORTED);
+        free(y32);
+    }
 
     free(dw_part); free(dw_ref_part); free(y_ref); free(dx_ref); free(dw_ref);
     free(x); free(dy); free(w); free(xf); free(dyf); free(y); free(dx); free(dw); free(dw_before);

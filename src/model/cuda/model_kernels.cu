@@ -631,6 +631,20 @@ __global__ void f32_to_bf16_kernel(uint16_t *__restrict__ dst, const float *__re
     for (int64_t i = split.head + 4 * split.vecs + first; i < n; i += stride) dst[i] = bfp8_encode_bf16(src[i]);
 }
 
+__global__ void add_f32_kernel(float *__restrict__ dst, const float *__restrict__ src, int64_t n, vec4_split split) {
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = first; i < split.vecs; i += stride) {
+        const int64_t at = split.head + 4 * i;
+        floats<4> d = load<4>(dst + at);
+        const floats<4> s = load<4>(src + at);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d.v[e] += s.v[e];
+        store<4>(dst + at, d);
+    }
+    for (int64_t i = first; i < split.head; i += stride) dst[i] += src[i];
+    for (int64_t i = split.head + 4 * split.vecs + first; i < n; i += stride) dst[i] += src[i];
+}
+
 __global__ void bf16_to_f32_kernel(float *__restrict__ dst, const uint16_t *__restrict__ src, int64_t n,
                                    vec4_split split, int add) {
     const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
@@ -946,7 +960,7 @@ extern "C" double gradient_global_norm_cuda(const float *grad, size_t n) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Copies and bf16 conversions                                               */
+/* Copies, sums and bf16 conversions                                         */
 
 extern "C" void copy_f32_cuda(float *dst, const float *src, int64_t n) {
     if (n <= 0 || dst == src) return;
@@ -956,6 +970,15 @@ extern "C" void copy_f32_cuda(float *dst, const float *src, int64_t n) {
 extern "C" void zero_f32_cuda(float *dst, int64_t n) {
     if (n <= 0) return;
     failed(cudaMemsetAsync(dst, 0, (size_t)n * sizeof(float), stream()), "zero_f32");
+}
+
+extern "C" void add_f32_cuda(float *dst, const float *src, int64_t n) {
+    if (n <= 0) return;
+    const void *ptrs[] = {dst, src};
+    const int sizes[] = {4, 4};
+    const vec4_split split = split_for_vec4(n, ptrs, sizes, 2);
+    add_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream()>>>(dst, src, n, split);
+    check_launch("add_f32");
 }
 
 extern "C" void f32_to_bf16_cuda(uint16_t *dst, const float *src, int64_t n) {
