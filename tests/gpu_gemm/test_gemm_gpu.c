@@ -213,14 +213,13 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
     operand_free(&b);
 }
 
-/* The same product twice, bit for bit: a split tile's slices are summed in
- * slice order, whichever finishes first. */
+/* The same product twice, bit for bit, with output dtype dt: a split tile's
+ * slices are summed in slice order, whichever finishes first. */
 static void check_repeatable(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, int64_t contraction,
-                             uint64_t seed) {
+                             bfp8_dtype dt, uint64_t seed) {
     operand a, b;
     operand_make(&a, out_rows, contraction, BFP8_GRAN_1X128, 0, seed);
     operand_make(&b, out_cols, contraction, kind == GEMM_1D2D ? BFP8_GRAN_128X128 : BFP8_GRAN_1X128, 0, seed + 1);
-    const bfp8_dtype dt = kind == GEMM_1D2D ? BFP8_BF16 : BFP8_F32;
     const size_t bytes = (size_t)(out_rows * out_cols) * bfp8_dtype_size(dt);
     bfp8_matrix d = {gpu_alloc(bytes), dt, out_rows, out_cols, out_cols};
     unsigned char *first = test_malloc(bytes), *again = test_malloc(bytes);
@@ -233,8 +232,9 @@ static void check_repeatable(enum gemm_kind kind, int64_t out_rows, int64_t out_
     }
     CHECK(memcmp(first, again, bytes) == 0, "%s %lldx%lld over %lld: two calls differ", kind == GEMM_1D2D ? "1d2d" : "1d1d",
           (long long)out_rows, (long long)out_cols, (long long)contraction);
-    printf("  repeatable %s %lldx%lld over %lld [%s]\n", kind == GEMM_1D2D ? "1d2d" : "1d1d", (long long)out_rows,
-           (long long)out_cols, (long long)contraction, getenv("BFP8_GEMM_CONFIG") ? getenv("BFP8_GEMM_CONFIG") : "auto");
+    printf("  repeatable %s %lldx%lld over %lld -> %s [%s]\n", kind == GEMM_1D2D ? "1d2d" : "1d1d", (long long)out_rows,
+           (long long)out_cols, (long long)contraction, bfp8_dtype_name(dt),
+           getenv("BFP8_GEMM_CONFIG") ? getenv("BFP8_GEMM_CONFIG") : "auto");
     free(first);
     free(again);
     bfp8_free(gpu, d.data);
@@ -474,8 +474,10 @@ int main(int argc, char **argv) {
                  splits[i].kind == GEMM_1D2D ? BFP8_BF16 : BFP8_F32, splits[i].accumulate, TEST_FILL_HARD, seed++);
     }
     unsetenv("BFP8_GEMM_CONFIG");
-    check_repeatable(GEMM_1D2D, 384, 1024, 8192, seed++);
-    check_repeatable(GEMM_1D1D, 512, 1024, 18432, seed++);
+    check_repeatable(GEMM_1D2D, 384, 1024, 8192, BFP8_BF16, seed++);
+    check_repeatable(GEMM_1D2D, 384, 1024, 8192, BFP8_F32, seed++); /* the trainer's fprop / dgrad output */
+    check_repeatable(GEMM_1D2D, 4096, 6144, 2048, BFP8_F32, seed++);
+    check_repeatable(GEMM_1D1D, 512, 1024, 18432, BFP8_F32, seed++);
 #if defined(BFP8_WITH_CUDA)
     check_graph_capture(seed++);
     seed++;
