@@ -116,7 +116,7 @@ struct SplitWorkspace {
     unsigned *counters;
     float *partials;
 };
-constexpr int SPLIT_MAX_TILE_FLOATS = 192 * 128;
+constexpr int SPLIT_MAX_TILE_FLOATS = 256 * 128;
 
 SplitWorkspace split_workspace(const bfp8_context *ctx) {
     bfp8_cuda_state *st = bfp8_cuda_state_of(ctx);
@@ -164,18 +164,22 @@ const char *env_or_null(const char *name) {
  * (2026-11-30_gemm_configs.txt: never faster); the two-accumulator pipeline
  * (its own loop, not unrolled) from test_gemm_gpu --time of the same
  * session. BM=192 (three math warpgroups) is fastest, and for 1D1D (two
- * multiplies per promoted element) by far. */
+ * multiplies per promoted element) by far; 1D1D's 256x112 (row groups:
+ * B's column scales loaded once for two 64-row wgmma groups) is 1.03-1.06x
+ * 192x128 on the TARGETS wgrad shapes, f32 accumulate through the TMA unit
+ * (bench/results/2026-12-01_gemm_1d1d_row_groups_h200_s11.txt). */
 const Config CANDIDATES[] = {{128, 128, 0, 1, 1}, {128, 128, 0, 2, 1}, {128, 128, 0, 1, 2},
                              {128, 192, 0, 1, 1}, {128, 192, 0, 2, 1}, {128, 192, 0, 1, 2},
-                             {192, 128, 0, 1, 1}, {128, 128, 1, 1, 1}};
-const double CANDIDATE_SPEED[2][8] = {{1.00, 0.85, 0.85, 1.085, 0.98, 0.98, 1.13, 0.88},
-                                      {1.00, 0.95, 0.93, 1.12, 1.04, 1.04, 1.18, 0.73}};
+                             {192, 128, 0, 1, 1}, {128, 128, 1, 1, 1}, {256, 112, 0, 1, 1}};
+const double CANDIDATE_SPEED[2][9] = {{1.00, 0.85, 0.85, 1.085, 0.98, 0.98, 1.13, 0.88, 0.0},
+                                      {1.00, 0.95, 0.93, 1.12, 1.04, 1.04, 1.18, 0.73, 1.23}};
 constexpr int NUM_CANDIDATES = (int)(sizeof CANDIDATES / sizeof CANDIDATES[0]);
 static_assert(sizeof CANDIDATE_SPEED[0] / sizeof CANDIDATE_SPEED[0][0] == NUM_CANDIDATES, "one speed per candidate");
 
 template <int BM, int BN, bool B_1X128, int TMA_OUT> constexpr int stages_for() {
     constexpr bool STAGING = TMA_OUT != bfp8_gemm::TMA_NONE;
-    constexpr int limit = 227 * 1024 - bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>::STAGING_BYTES * (BM / 64);
+    constexpr int limit =
+        227 * 1024 - bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>::STAGING_BYTES * bfp8_gemm::Warps<BM>::MATH_WG;
     constexpr int per_stage = bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1>::STAGE_BYTES;
     constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0); /* + alignment of the staging buffers */
     constexpr int fit = (limit - fixed) / (per_stage + 16);
@@ -234,6 +238,7 @@ template <bool B_1X128> int max_active_clusters(const Config &c, const bfp8_cont
     BFP8_CASE(128, 192, 0, 1, 1) BFP8_CASE(128, 192, 0, 2, 1) BFP8_CASE(128, 192, 0, 1, 2)
     BFP8_CASE(192, 128, 0, 1, 1)
     if constexpr (!B_1X128) { BFP8_CASE(128, 128, 1, 1, 1) } /* no two-accumulator 1D1D kernel */
+    if constexpr (B_1X128) { BFP8_CASE(256, 112, 0, 1, 1) } /* row groups: 1D1D only */
 #undef BFP8_CASE
     return 0;
 }
@@ -318,7 +323,10 @@ bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qm
         const uint64_t row_bytes = (uint64_t)p.ldd * bfp8_gemm::tma_out_bytes(TMA_OUT);
         const uint32_t box_cols = BF16 ? 64 : 32; /* 128 bytes */
         /* the kernel addresses a grouped 1D1D's D in 3-D, whatever the number of groups */
-        if (B_1X128 && groups > 0)
+        if (bfp8_gemm::Warps<BM>::ROW_GROUPS > 1) /* row groups: unswizzled boxes of 64 rows x BN / 2 */
+            BFP8_TRY(bfp8_cuda_tensor_map_2d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, row_bytes, BN / 2, 64,
+                                             CU_TENSOR_MAP_SWIZZLE_NONE, "d"));
+        else if (B_1X128 && groups > 0)
             BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, (uint64_t)groups, row_bytes,
                                              row_bytes * (uint64_t)p.m, box_cols, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
         else
@@ -411,6 +419,8 @@ bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_q
     /* three math warpgroups leave no registers for the cluster bookkeeping;
      * their staging buffers cost stages */
     if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
+    if constexpr (B_1X128)
+        if (c.bm == 256) return launch<256, 112, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
     /* 1D2D only: the 1D1D two-accumulator kernel (B's scales to load too)
      * spills, and was the slowest 1D1D configuration before it did */
     if constexpr (!B_1X128)

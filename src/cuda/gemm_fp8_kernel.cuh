@@ -56,15 +56,21 @@ constexpr int BLOCK_K = 128; /* one scale block per pipeline stage */
 /* A CTA tile of BM rows: BM / 64 math warpgroups of 64 rows each, plus the
  * producer warpgroup. Three math warpgroups give the tensor core two other
  * warpgroups' wgmma to run while one promotes, at the price of registers
- * (BN = 128 only). */
+ * (BN = 128 only).
+ * BM = 256 (1D1D only): two math warpgroups of 128 rows, each as two "row
+ * groups" of 64 whose wgmma run one after the other into the same scratch
+ * accumulator. A thread then holds 4 rows x BN / 4 columns of the tile, and
+ * the column scales it loads for the first row group serve the second too:
+ * half the shared-memory scale loads per promoted element. */
 template <int BM> struct Warps {
-    static_assert(BM == 128 || BM == 192, "BM is 128 or 192");
-    static constexpr int MATH_WG = BM / 64;
+    static_assert(BM == 128 || BM == 192 || BM == 256, "BM is 128, 192 or 256");
+    static constexpr int ROW_GROUPS = BM == 256 ? 2 : 1;
+    static constexpr int MATH_WG = BM / 64 / ROW_GROUPS;
     static constexpr int MATH_WARPS = 4 * MATH_WG;
     static constexpr int NUM_THREADS = 128 * (MATH_WG + 1);
     static constexpr int LAUNCH_REGS = 65536 / NUM_THREADS / 8 * 8; /* 168 or 128 */
-    static constexpr int PRODUCER_REGS = MATH_WG == 2 ? 56 : 32;
-    static constexpr int MATH_REGS = MATH_WG == 2 ? 224 : 160;
+    static constexpr int PRODUCER_REGS = ROW_GROUPS == 2 ? 24 : MATH_WG == 2 ? 56 : 32;
+    static constexpr int MATH_REGS = ROW_GROUPS == 2 ? 240 : MATH_WG == 2 ? 224 : 160;
     /* setmaxnreg.inc blocks until the registers are free in the CTA's own pool: what
      * the producer gives back must cover what the math warpgroups take, or it hangs. */
     static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (MATH_REGS - LAUNCH_REGS) * 128 * MATH_WG,
@@ -197,6 +203,19 @@ __device__ __forceinline__ bool combine_k_slices(const Params &p, int tail, int 
     return true;
 }
 
+/* The m64nBNk32 wgmma for a tile width. */
+template <int BN>
+__device__ __forceinline__ void wgmma_e4m3(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+    using namespace bfp8_sm90;
+    if constexpr (BN == 96) wgmma_m64n96k32_e4m3(d, desc_a, desc_b, accumulate);
+    else if constexpr (BN == 112) wgmma_m64n112k32_e4m3(d, desc_a, desc_b, accumulate);
+    else if constexpr (BN == 128) wgmma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
+    else {
+        static_assert(BN == 192, "no wgmma for this tile width");
+        wgmma_m64n192k32_e4m3(d, desc_a, desc_b, accumulate);
+    }
+}
+
 /* TMA_OUT: output tiles go out through shared memory and TMA (boxes of 64
  * rows x 128 bytes, 128-byte swizzle), one 64 x BN buffer per math
  * warpgroup, so a tile's stores overlap the next tile's main loop. */
@@ -204,16 +223,19 @@ template <int BM, int BN, bool B_1X128, int STAGES, int TMA_OUT = TMA_NONE> stru
     static constexpr uint32_t A_BYTES = BM * BLOCK_K;
     static constexpr uint32_t B_BYTES = BN * BLOCK_K;
     static constexpr uint32_t SA_BYTES = BM * 4;
-    static constexpr uint32_t SB_BYTES = B_1X128 ? BN * 4 : 0;
+    static constexpr uint32_t SB_BYTES = B_1X128 ? (BN * 4 + 127) / 128 * 128 : 0; /* a TMA destination */
     static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
+    /* what the TMA unit writes into a stage: B's scales are BN floats, SB_BYTES is rounded up */
+    static constexpr uint32_t STAGE_TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + (B_1X128 ? BN * 4 : 0);
     static constexpr uint32_t OFF_A = 0;
     static constexpr uint32_t OFF_B = OFF_A + STAGES * A_BYTES;
     static constexpr uint32_t OFF_SA = OFF_B + STAGES * B_BYTES;
     static constexpr uint32_t OFF_SB = OFF_SA + STAGES * SA_BYTES;
-    static constexpr uint32_t STAGING_BYTES = 64 * BN * tma_out_bytes(TMA_OUT); /* per math warpgroup */
+    /* per math warpgroup; row groups: half as wide (a stage more fits) */
+    static constexpr uint32_t STAGING_BYTES = 64 * BN * tma_out_bytes(TMA_OUT) / Warps<BM>::ROW_GROUPS;
     /* 1024-byte aligned: the swizzle pattern is a function of the address */
     static constexpr uint32_t OFF_STAGING = (OFF_SB + STAGES * SB_BYTES + 1023) / 1024 * 1024;
-    static constexpr uint32_t OFF_BARRIERS = OFF_STAGING + (BM / 64) * STAGING_BYTES;
+    static constexpr uint32_t OFF_BARRIERS = OFF_STAGING + Warps<BM>::MATH_WG * STAGING_BYTES;
     /* + 1024 so the base can be aligned for the 128-byte swizzle pattern */
     static constexpr uint32_t TOTAL = OFF_BARRIERS + 2 * STAGES * 8 + 1024;
     static_assert(B_BYTES % 1024 == 0 && A_BYTES % 1024 == 0, "swizzled tiles need 1024-byte alignment");
@@ -290,7 +312,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     using W = Warps<BM>;
     constexpr int PRODUCER_THREAD = 128 * W::MATH_WG;
     constexpr int ACC = BN / 2; /* accumulator floats per thread: 64 rows x BN over 128 threads */
-    static_assert(BN % 64 == 0 && BN <= 256, "BN must be a multiple of 64");
+    constexpr int RG = W::ROW_GROUPS, FIN = RG * ACC; /* FIN: the thread's floats of the tile */
+    static_assert((RG == 2 ? BN % 16 == 0 : BN % 64 == 0) && BN <= 256, "BN: a multiple of 64 (of 16 for BM=256)");
+    static_assert(RG == 1 || (B_1X128 && TMA_OUT != TMA_BF16 && CM * CN == 1 && !PIPELINED && !GROUPED),
+                  "row groups: single-CTA 1D1D tiles");
     static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
     constexpr int CLUSTER = CM * CN;
     static_assert(!SPLITS || can_split(BN, CM, CN, B_1X128, PIPELINED), "no split kernel for this configuration");
@@ -355,7 +380,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 }
                 for (int kb = w.kb0; kb < w.kb1; ++kb) {
                     mbar_wait(&empty[stage], phase ^ 1);
-                    mbar_arrive_expect_tx(&full[stage], L::STAGE_BYTES);
+                    mbar_arrive_expect_tx(&full[stage], L::STAGE_TX_BYTES);
                     const int k0 = kb * BLOCK_K;
                     uint8_t *a_dst = smem_a + stage * L::A_BYTES, *b_dst = smem_b + stage * L::B_BYTES;
                     if constexpr (CN == 1) {
@@ -371,7 +396,8 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                                               b0 + cm * (BN / CM), b_peers);
                     }
                     tma_load_2d(smem_sa + stage * BM, &tmap_scale_a, &full[stage], m0, kb);
-                    if (B_1X128) tma_load_2d(smem_sb + stage * BN, &tmap_scale_b, &full[stage], n0, kb);
+                    if (B_1X128)
+                        tma_load_2d(smem_sb + stage * (L::SB_BYTES / 4), &tmap_scale_b, &full[stage], n0, kb);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -383,9 +409,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         /* ---------------- math ---------------- */
         regs_increase<W::MATH_REGS>();
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-        const int row_in_tile = warpgroup * 64 + warp * 16 + lane / 4; /* and row_in_tile + 8 */
+        /* and row_in_tile + 8; row group g: + 64 g */
+        const int row_in_tile = warpgroup * 64 * RG + warp * 16 + lane / 4;
         const int col_in_chunk = 2 * (lane % 4);
-        float fin[ACC], acc[ACC];
+        float fin[FIN], acc[ACC]; /* fin: row group g at fin[g * ACC] */
         float acc2[ACC]; /* PIPELINED only (1D2D; else unused, no registers): the next k-block's wgmma */
         int stage = 0;
         uint32_t phase = 0;
@@ -395,7 +422,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
          * k-block, and under BM=192's register cap the compiler remade
          * thread-index terms too). */
         const uint32_t full_kept = smem_u32(full), empty_kept = smem_u32(empty);
-        const uint32_t desc_a_kept = wgmma_desc_lo(smem_a + warpgroup * 64 * BLOCK_K);
+        const uint32_t desc_a_kept = wgmma_desc_lo(smem_a + warpgroup * 64 * RG * BLOCK_K);
         const uint32_t desc_b_kept = wgmma_desc_lo(smem_b);
         const uint32_t sa_kept = smem_u32(smem_sa + row_in_tile);
         const uint32_t sb_kept = B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
@@ -427,28 +454,26 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             const float *b_scales1 = p.b_block_scales + nb1 * p.b_block_scale_ld + w.kb0;
 
 #pragma unroll
-            for (int i = 0; i < ACC; ++i) fin[i] = 0.0f;
+            for (int i = 0; i < FIN; ++i) fin[i] = 0.0f;
 
-            /* Wait for the stage's data and start its 4 wgmma into acc. 1D2D: also
-             * load B's scales of k-block kb now, so they land while the tensor core works. */
+            /* Wait for the stage's data (row group g = 0; the later ones follow
+             * it) and start its 4 wgmma for row group g into acc. 1D2D: also load
+             * B's scales of k-block kb now, so they land while the tensor core works. */
             auto issue = [&](int s, uint32_t ph, float(&acc)[ACC], const float *bs0, const float *bs1, float &sb0,
-                             float &sb1) {
+                             float &sb1, const int g) {
                 if constexpr (!B_1X128) {
                     sb0 = __ldg(bs0);
                     sb1 = BN > 128 ? __ldg(bs1) : sb0;
                 }
-                mbar_wait_at(full_kept + 8 * s, ph);
-                const uint32_t desc_a = desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4);
+                if (g == 0) mbar_wait_at(full_kept + 8 * s, ph);
+                const uint32_t desc_a = desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4) + (uint32_t)g * (64 * BLOCK_K >> 4);
                 const uint32_t desc_b = desc_b_kept + (uint32_t)s * (L::B_BYTES >> 4);
                 fence_accumulators(acc);
                 wgmma_fence();
 #pragma unroll
                 for (int ks = 0; ks < BLOCK_K / 32; ++ks) {
                     const uint64_t da = wgmma_desc_sw128(desc_a + 2 * ks), db = wgmma_desc_sw128(desc_b + 2 * ks);
-                    if constexpr (BN == 128)
-                        wgmma_m64n128k32_e4m3(acc, da, db, ks > 0);
-                    else
-                        wgmma_m64n192k32_e4m3(acc, da, db, ks > 0);
+                    wgmma_e4m3<BN>(acc, da, db, ks > 0);
                 }
                 wgmma_commit();
             };
@@ -478,7 +503,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 if constexpr (B_1X128) {
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
-                        const float2 v = ld_shared_f32x2(sb_kept + (uint32_t)(s * BN + 8 * j) * 4);
+                        const float2 v = ld_shared_f32x2(sb_kept + (uint32_t)s * L::SB_BYTES + 32u * j);
                         fin[4 * j + 0] += (sa0 * v.x) * acc[4 * j + 0];
                         fin[4 * j + 1] += (sa0 * v.y) * acc[4 * j + 1];
                         fin[4 * j + 2] += (sa1 * v.x) * acc[4 * j + 2];
@@ -506,13 +531,50 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 }
             };
 
+            /* Row groups (1D1D, BM=256): the k-block of stage s for each row
+             * group in turn, B's column scales loaded once (while the first
+             * group's wgmma run) and kept in registers for all of them. */
+            auto step_row_groups = [&](const int s) {
+                float unused0 = 0.0f, unused1 = 0.0f;
+                issue(s, phase, acc, nullptr, nullptr, unused0, unused1, 0);
+                float2 col_scale[BN / 8];
+                float row_scale[2 * RG];
+#pragma unroll
+                for (int j = 0; j < BN / 8; ++j) col_scale[j] = ld_shared_f32x2(sb_kept + (uint32_t)s * L::SB_BYTES + 32u * j);
+#pragma unroll
+                for (int i = 0; i < 2 * RG; ++i) /* rows 64 g + (0 or 8) */
+                    row_scale[i] = ld_shared_f32(sa_kept + s * (BM * 4) + ((i / 2) * 64 + (i % 2) * 8) * 4);
+                wgmma_wait<0>();
+#pragma unroll
+                for (int g = 0; g < RG; ++g) {
+                    if (g > 0) {
+                        issue(s, phase, acc, nullptr, nullptr, unused0, unused1, g);
+                        wgmma_wait<0>();
+                    }
+                    fence_accumulators(acc);
+                    const float sa0 = row_scale[2 * g], sa1 = row_scale[2 * g + 1];
+                    float *f = fin + g * ACC;
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j) {
+                        f[4 * j + 0] += (sa0 * col_scale[j].x) * acc[4 * j + 0];
+                        f[4 * j + 1] += (sa0 * col_scale[j].y) * acc[4 * j + 1];
+                        f[4 * j + 2] += (sa1 * col_scale[j].x) * acc[4 * j + 2];
+                        f[4 * j + 3] += (sa1 * col_scale[j].y) * acc[4 * j + 3];
+                    }
+                }
+                release_stage(s);
+            };
             /* One k-block in stage s with the current phase; 1D2D: B's scales
              * of the k-block at bs0 (and bs1 for BN=192's second block). */
             auto step = [&](const int s, const float *bs0, const float *bs1, const int split_tag) {
-                float sb0 = 0.0f, sb1 = 0.0f;
-                issue(s, phase, acc, bs0, bs1, sb0, sb1);
-                wgmma_wait<0>();
-                promote(s, acc, sb0, sb1, split_tag);
+                if constexpr (RG > 1) {
+                    step_row_groups(s);
+                } else {
+                    float sb0 = 0.0f, sb1 = 0.0f;
+                    issue(s, phase, acc, bs0, bs1, sb0, sb1, 0);
+                    wgmma_wait<0>();
+                    promote(s, acc, sb0, sb1, split_tag);
+                }
             };
             /* The ring of stages runs on across tiles: k-blocks up to the next
              * stage 0 one at a time, then whole rounds of STAGES with the
@@ -550,24 +612,24 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 int s0 = stage, s1 = 0;
                 float sb00 = 0.0f, sb01 = 0.0f, sb10 = 0.0f, sb11 = 0.0f;
                 /* one group (acc) in flight at the top of every iteration */
-                issue(stage, phase, acc, b_scales0, b_scales1, sb00, sb01);
+                issue(stage, phase, acc, b_scales0, b_scales1, sb00, sb01, 0);
                 next_stage(stage, phase);
                 int kb = 0;
                 for (; kb + 2 < nk; kb += 2) {
                     s1 = stage;
-                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11);
+                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11, 0);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
                     promote(s0, acc, sb00, sb01, BN);
                     s0 = stage;
-                    issue(stage, phase, acc, b_scales0 + kb + 2, b_scales1 + kb + 2, sb00, sb01);
+                    issue(stage, phase, acc, b_scales0 + kb + 2, b_scales1 + kb + 2, sb00, sb01, 0);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
                     promote(s1, acc2, sb10, sb11, BN);
                 }
                 if (kb + 1 < nk) { /* two k-blocks left */
                     s1 = stage;
-                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11);
+                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11, 0);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
                     promote(s0, acc, sb00, sb01, BN);
@@ -594,7 +656,41 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 !combine_k_slices<W::MATH_WG>(p, u - p.num_whole_tiles, warpgroup, fin))
                 continue;
 
-            if constexpr (TMA_OUT != TMA_NONE) {
+            if constexpr (TMA_OUT != TMA_NONE && RG > 1) {
+                /* Row groups: each half (in columns) of each of the warpgroup's row
+                 * groups in turn through its staging buffer, 64 rows x BN / 2 f32
+                 * unswizzled (D's tensor map has boxes of that shape), stored or
+                 * added into D by one TMA each. */
+                constexpr int HALF = BN / 2, HALF_J = BN / 16; /* columns, and 8-column chunks, of a half */
+                float *staging = reinterpret_cast<float *>(smem + L::OFF_STAGING + warpgroup * L::STAGING_BYTES);
+                const bool leader = threadIdx.x % 128 == 0;
+                const int r0 = warp * 16 + lane / 4; /* and r0 + 8, rows within the row group */
+#pragma unroll
+                for (int g = 0; g < RG; ++g) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        if (leader) bulk_wait_read_all(); /* the buffer's previous stores have read it */
+                        named_barrier_sync(1 + warpgroup, 128);
+                        const float *f = fin + g * ACC + 4 * HALF_J * h;
+#pragma unroll
+                        for (int j = 0; j < HALF_J; ++j) {
+                            float *at = staging + r0 * HALF + 8 * j + col_in_chunk;
+                            *reinterpret_cast<float2 *>(at) = make_float2(f[4 * j], f[4 * j + 1]);
+                            *reinterpret_cast<float2 *>(at + 8 * HALF) = make_float2(f[4 * j + 2], f[4 * j + 3]);
+                        }
+                        fence_proxy_async_shared();
+                        named_barrier_sync(1 + warpgroup, 128);
+                        const int row0 = m0 + warpgroup * 64 * RG + 64 * g, col0 = n0 + HALF * h;
+                        if (leader && row0 < p.m && col0 < p.n) { /* (no box wholly outside D) */
+                            if constexpr (TMA_OUT == TMA_F32_ADD)
+                                tma_reduce_add_2d(&tmap_d, staging, col0, row0);
+                            else
+                                tma_store_2d(&tmap_d, staging, col0, row0);
+                            bulk_commit_group();
+                        }
+                    }
+                }
+            } else if constexpr (TMA_OUT != TMA_NONE) {
                 /* Into this warpgroup's staging buffer, in the 128-byte
                  * swizzled layout of the D tensor map: boxes of 64 rows x 128
                  * bytes (64 bf16 or 32 f32 columns), the 16-byte unit u of row
@@ -649,10 +745,14 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             } else {
                 const int row = d_row0 + m0 + row_in_tile, row_end = d_row0 + m_end;
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) {
-                    const int col = n0 + 8 * j + col_in_chunk;
-                    store_pair(p, row, row_end, col, fin[4 * j + 0], fin[4 * j + 1]);
-                    store_pair(p, row + 8, row_end, col, fin[4 * j + 2], fin[4 * j + 3]);
+                for (int g = 0; g < RG; ++g) {
+#pragma unroll
+                    for (int j = 0; j < BN / 8; ++j) {
+                        const int col = n0 + 8 * j + col_in_chunk;
+                        const float *f = fin + g * ACC;
+                        store_pair(p, row + 64 * g, row_end, col, f[4 * j + 0], f[4 * j + 1]);
+                        store_pair(p, row + 64 * g + 8, row_end, col, f[4 * j + 2], f[4 * j + 3]);
+                    }
                 }
             }
         }

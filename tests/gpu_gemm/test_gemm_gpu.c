@@ -9,6 +9,9 @@
  *                            shapes (BFP8_GEMM_CONFIG forced)
  *   test_gemm_gpu --profile  only one 1D2D and one 1D1D launch on 8192^3, for
  *                            ncu -k regex:gemm_fp8
+ *   test_gemm_gpu --crash-sweep CONFIG  only issue 5's crash shapes, every
+ *                            output mode, under BFP8_GEMM_CONFIG=CONFIG (for
+ *                            compute-sanitizer on one configuration)
  *
  * Bars (RECIPE.md section 5): vs the fp64 GEMM of the same fp8 data and
  * scales, SQNR >= 40 dB overall and in every 128x128 tile; vs the fp64 GEMM
@@ -338,14 +341,15 @@ static bfp8_qmatrix random_device_operand(int64_t rows, int64_t cols, bfp8_granu
 }
 
 /* Every kernel configuration (src/cuda/gemm_fp8.cu), and "" for the heuristic's choice.
- * (pipe=1 exists for 1D2D only: config_fits) */
+ * (pipe=1 exists for 1D2D only, bm=256 for 1D1D only: config_fits) */
 static const char *configs[] = {"bn=128,cm=1,cn=1",        "bn=128,cm=2,cn=1",        "bn=128,cm=1,cn=2",
                                 "bn=192,cm=1,cn=1",        "bn=192,cm=2,cn=1",        "bn=192,cm=1,cn=2",
                                 "bm=192,bn=128,cm=1,cn=1", "bn=128,pipe=1,cm=1,cn=1",
-                                "bn=128,cm=1,cn=1,store=direct", "bn=192,cm=1,cn=1,store=direct", ""};
+                                "bn=128,cm=1,cn=1,store=direct", "bn=192,cm=1,cn=1,store=direct",
+                                "bm=256,bn=112,cm=1,cn=1", ""};
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 static int config_fits(enum gemm_kind kind, const char *config) {
-    return kind == GEMM_1D2D || !strstr(config, "pipe=1");
+    return kind == GEMM_1D2D ? !strstr(config, "bm=256") : !strstr(config, "pipe=1");
 }
 
 static void time_configs(const char *filter) {
@@ -404,10 +408,33 @@ static void time_configs(const char *filter) {
     }
 }
 
+/* wgrad shapes that crash other implementations (issue 5), and ragged token counts */
+static const int64_t crash_shapes[][3] = {/* N, K, M tokens */ {1536, 256, 2048}, {512, 1024, 147456 / 8},
+                                          {768, 768, 133},  {768, 256, 1},    {256, 768, 4095},
+                                          {384, 136, 4097}, {1000, 129, 127}};
+enum { NUM_CRASH_SHAPES = sizeof crash_shapes / sizeof crash_shapes[0] };
+
+/* --crash-sweep CONFIG: the crash shapes alone (every output mode, and the
+ * full 147456 tokens) under one forced configuration: short enough for
+ * compute-sanitizer. */
+static void crash_sweep(const char *config, uint64_t seed) {
+    setenv("BFP8_GEMM_CONFIG", config, 1);
+    for (int i = 0; i < NUM_CRASH_SHAPES; ++i) {
+        const int64_t *w = crash_shapes[i];
+        run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_F32, 0, TEST_FILL_HARD, seed++);
+        run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_F32, 1, 0, seed++);
+        run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_F32, 2, 0, seed++);
+        run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_BF16, 0, 0, seed++);
+    }
+    run_case(GEMM_1D1D, 512, 1024, 147456, BFP8_F32, 1, 0, seed++);
+    unsetenv("BFP8_GEMM_CONFIG");
+}
+
 /* ------------------------------------------------------------------------ */
 
 int main(int argc, char **argv) {
     int small = 0, timing = 0, profile = 0;
+    const char *sweep_config = NULL;
     const char *time_filter = NULL; /* --time FILTER: only configurations containing FILTER */
     setvbuf(stdout, NULL, _IOLBF, 0); /* progress survives a kill */
     for (int i = 1; i < argc; ++i) {
@@ -417,13 +444,20 @@ int main(int argc, char **argv) {
             if (i + 1 < argc && argv[i + 1][0] != '-') time_filter = argv[++i];
         }
         else if (!strcmp(argv[i], "--profile")) profile = 1;
-        else test_fatal("unknown option %s (use --small, --time or --profile)", argv[i]);
+        else if (!strcmp(argv[i], "--crash-sweep") && i + 1 < argc) sweep_config = argv[++i];
+        else test_fatal("unknown option %s (use --small, --time, --profile or --crash-sweep CONFIG)", argv[i]);
     }
     TEST_REQUIRE_GPU();
     if (bfp8_context_create(&cpu, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
         bfp8_context_create(&gpu, BFP8_BACKEND_CUDA, 0) != BFP8_OK)
         test_fatal("context: %s", bfp8_last_error());
 
+    if (sweep_config) {
+        crash_sweep(sweep_config, 500);
+        bfp8_context_destroy(cpu);
+        bfp8_context_destroy(gpu);
+        return test_exit_code("test_gemm_gpu --crash-sweep");
+    }
     if (profile) {
         bfp8_qmatrix a = random_device_operand(8192, 8192, BFP8_GRAN_1X128, 1);
         bfp8_qmatrix b2 = random_device_operand(8192, 8192, BFP8_GRAN_128X128, 2);
@@ -450,8 +484,10 @@ int main(int argc, char **argv) {
     /* every configuration on ragged shapes: partial cluster tiles at both edges */
     for (int c = 0; c + 1 < NUM_CONFIGS; ++c) {
         setenv("BFP8_GEMM_CONFIG", configs[c], 1);
-        run_case(GEMM_1D2D, 1000, 2120, 1000, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
-        run_case(GEMM_1D2D, 300, 200, 4096, BFP8_F32, 0, 0, seed++);
+        if (config_fits(GEMM_1D2D, configs[c])) {
+            run_case(GEMM_1D2D, 1000, 2120, 1000, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
+            run_case(GEMM_1D2D, 300, 200, 4096, BFP8_F32, 0, 0, seed++);
+        }
         if (!config_fits(GEMM_1D1D, configs[c])) continue;
         run_case(GEMM_1D1D, 1000, 136, 4097, BFP8_F32, 1, 0, seed++);
         run_case(GEMM_1D1D, 1000, 136, 4097, BFP8_F32, 2, 0, seed++);
@@ -464,7 +500,8 @@ int main(int argc, char **argv) {
         {"split=16", GEMM_1D2D, 64, 128, 4096, 0},       {"split=2", GEMM_1D2D, 129, 2112, 1000, 0},
         {"bn=192,split=3", GEMM_1D2D, 300, 200, 4096, 0}, {"bm=192,bn=128,split=5", GEMM_1D2D, 1000, 136, 4097, 0},
         {"split=8", GEMM_1D1D, 300, 260, 1000, 2},        {"bm=192,bn=128,split=7", GEMM_1D1D, 520, 392, 4097, 1},
-        {"split=1", GEMM_1D1D, 127, 129, 4096, 0},
+        {"split=1", GEMM_1D1D, 127, 129, 4096, 0},         {"bm=256,bn=112,split=6", GEMM_1D1D, 600, 300, 4097, 1},
+        {"bm=256,bn=112,split=1", GEMM_1D1D, 600, 300, 4097, 0},
         /* a full wave of whole tiles (one launch) and a split last wave (another) */
         {"bn=128,cm=1,cn=1", GEMM_1D2D, 2048, 1152, 4096, 0}, {"bn=128,cm=1,cn=1", GEMM_1D1D, 2048, 1152, 4096, 1},
     };
@@ -482,14 +519,11 @@ int main(int argc, char **argv) {
     check_graph_capture(seed++);
     seed++;
 #endif
-    /* wgrad shapes that crash other implementations, and ragged token counts */
-    static const int64_t wg[][3] = {/* N, K, M tokens */ {1536, 256, 2048}, {512, 1024, 147456 / 8},
-                                    {768, 768, 133},  {768, 256, 1},    {256, 768, 4095},
-                                    {384, 136, 4097}, {1000, 129, 127}};
-    for (int i = 0; i < 7; ++i) {
-        run_case(GEMM_1D1D, wg[i][0], wg[i][1], wg[i][2], BFP8_F32, 0, TEST_FILL_HARD, seed++);
-        if (!small || i < 3) run_case(GEMM_1D1D, wg[i][0], wg[i][1], wg[i][2], BFP8_F32, 1, 0, seed++);
-        if (!small) run_case(GEMM_1D1D, wg[i][0], wg[i][1], wg[i][2], BFP8_BF16, 0, 0, seed++);
+    for (int i = 0; i < NUM_CRASH_SHAPES; ++i) {
+        const int64_t *w = crash_shapes[i];
+        run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_F32, 0, TEST_FILL_HARD, seed++);
+        if (!small || i < 3) run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_F32, 1, 0, seed++);
+        if (!small) run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_BF16, 0, 0, seed++);
     }
     if (!small) {
         run_case(GEMM_1D1D, 512, 1024, 147456, BFP8_F32, 0, 0, seed++);
