@@ -3,8 +3,7 @@
  * bandwidth measured in the same run (issue #3, docs/TARGETS.md).
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
- *                  [--variant N|N-M|both|all] [--act RxC]... [--weight RxC]... [--dtype bf16|f32]
- *                  [--chain] [--no-pdl]
+ *                  [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -19,14 +18,6 @@
  * once. After timing, two 128-row slabs of every output (the first and the
  * last) are compared bit for bit with the CPU reference of the same slab,
  * so the large shapes that the tests do not cover are checked too.
- *
- * --variant: the quantize kernel variant(s) to run (src/cuda/quantize_common.cuh,
- * kernel_shape: 0 the first version, 1 three bf16 stages, 2 the whole-tile
- * path, 3 the lane-level row path with less shared memory, 4 bf16 tiles
- * staged by the TMA unit, 5 one CTA per tile: the default). "all" (the
- * default) times and checks every kernel under each variant, one after the
- * other, rows labelled "v0" / "v1" / ..., and ends with a table of the
- * variants side by side; "N-M" is variants N to M, "both" is 0 and 1.
  *
  * --profile: no timing and no checks, one launch of each kernel (plus one
  * copy), for `ncu --launch-count` / nsys.
@@ -69,13 +60,10 @@ typedef struct result {
 } result;
 
 /* Benchmark hook of src/cuda/quantize_1x128.cu (not in the public API):
- * selects the kernel variant of later CUDA quantize calls, returns the
- * previous one or -1 when v is not a variant. */
-extern int bfp8_cuda_quantize_set_variant(int v);
-/* ... and whether they launch with programmatic dependent launch (0 / 1). */
+ * whether later CUDA quantize calls launch with programmatic dependent
+ * launch (0 / 1); returns the previous setting. */
 extern int bfp8_cuda_quantize_set_pdl(int on);
-enum { kBenchVariants = 6 }; /* kVariants of src/cuda/quantize_common.cuh */
-enum { kMaxResults = 24 * kBenchVariants }; /* 22 kernels x shapes per variant */
+enum { kMaxResults = 96 }; /* 5 kernels x 2 input types x the shapes given */
 static result results[kMaxResults];
 static int n_results = 0;
 
@@ -322,13 +310,13 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
 
 static void usage(const char *prog) {
     fprintf(stderr,
-            "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]"
-            " [--variant N|N-M|both|all]\n          [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]\n", prog);
+            "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]\n"
+            "          [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]\n", prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
-    int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1, v_first = 0, v_last = kBenchVariants - 1;
+    int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1;
     const char *json = NULL;
     enum { kMaxShapes = 8 };
     int64_t shapes[2 * kMaxShapes][2]; /* activations, then weights */
@@ -356,15 +344,6 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--dtype") == 0 && v) {
             if (strcmp(v, "bf16") == 0) d_first = d_last = 0;
             else if (strcmp(v, "f32") == 0) d_first = d_last = 1;
-            else usage(argv[0]);
-            ++i;
-        }
-        else if (strcmp(a, "--variant") == 0 && v) {
-            if (strcmp(v, "both") == 0) { v_first = 0; v_last = 1; }
-            else if (strcmp(v, "all") == 0) { v_first = 0; v_last = kBenchVariants - 1; }
-            else if (v[0] >= '0' && v[0] < '0' + kBenchVariants && v[1] == '\0') v_first = v_last = v[0] - '0';
-            else if (v[0] >= '0' && v[0] < '0' + kBenchVariants && v[1] == '-' && v[2] >= v[0] &&
-                     v[2] < '0' + kBenchVariants && v[3] == '\0') { v_first = v[0] - '0'; v_last = v[2] - '0'; }
             else usage(argv[0]);
             ++i;
         }
@@ -425,14 +404,12 @@ int main(int argc, char **argv) {
             workload w;
             workload_init(&w, dtypes[d], R, C, block, seed++);
             const int m0 = block ? MODE_W_WT : MODE_DUAL, m1 = block ? MODE_W : MODE_COLS;
-            for (int mode = m0; mode <= m1; ++mode)
-            for (int variant = v_first; variant <= v_last; ++variant) {
-                if (bfp8_cuda_quantize_set_variant(variant) < 0) bench_die("no kernel variant %d", variant);
+            for (int mode = m0; mode <= m1; ++mode) {
                 w.mode = mode;
                 if (n_results == kMaxResults) bench_die("more than %d results", kMaxResults);
                 result *r = &results[n_results++];
                 memset(r, 0, sizeof *r);
-                snprintf(r->kernel, sizeof r->kernel, "%s v%d", mode_names[mode], variant);
+                snprintf(r->kernel, sizeof r->kernel, "%s", mode_names[mode]);
                 r->dtype = w.dtype;
                 r->rows = R;
                 r->cols = C;
@@ -481,36 +458,6 @@ int main(int argc, char **argv) {
         printf("%-17s %-4s %-13s %7.1fus %7.1fus %7.0f %5.1f%% %s\n", r->kernel, bfp8_dtype_name(r->dtype),
                shape, r->t.median_ms * 1e3, r->t.min_ms * 1e3, r->gbps, r->pct_copy,
                r->check_errors < 0 ? "-" : r->check_errors == 0 ? "ok" : "FAILED");
-    }
-
-    const int nv = v_last - v_first + 1;
-    if (nv > 1) {
-        printf("\n==== Variants side by side (same run; speedup = v%d median / vN median; best = fastest median) ====\n",
-               v_first);
-        printf("%-14s %-4s %-13s", "kernel", "in", "shape");
-        for (int v = v_first; v <= v_last; ++v) printf("  %7s%d", "v", v);
-        for (int v = v_first; v <= v_last; ++v) printf("  %4s%d %%", "v", v);
-        for (int v = v_first + 1; v <= v_last; ++v) printf("  v%d/v%d", v_first, v);
-        printf("  best\n");
-        for (int i = 0; i + nv <= n_results; i += nv) {
-            const result *r0 = &results[i];
-            char shape[32], name[32];
-            snprintf(shape, sizeof shape, "%lldx%lld", (long long)r0->rows, (long long)r0->cols);
-            snprintf(name, sizeof name, "%.*s", (int)(strlen(r0->kernel) - 3), r0->kernel);
-            printf("%-14s %-4s %-13s", name, bfp8_dtype_name(r0->dtype), shape);
-            int best = 0;
-            for (int k = 0; k < nv; ++k) {
-                const result *r = &results[i + k];
-                printf(" %7.1fus", r->t.median_ms * 1e3);
-                if (r->t.ok && r->t.median_ms < results[i + best].t.median_ms) best = k;
-            }
-            for (int k = 0; k < nv; ++k) printf(" %6.1f%%", results[i + k].pct_copy);
-            for (int k = 1; k < nv; ++k) {
-                const result *r = &results[i + k];
-                printf(" %6.3f", r->t.ok && r0->t.ok ? r0->t.median_ms / r->t.median_ms : 0.0);
-            }
-            printf("  v%d\n", v_first + best);
-        }
     }
 
     if (json) {

@@ -5,13 +5,9 @@
 #   1. compute-sanitizer memcheck: gpu_quantize --small, gpu_convert --small
 #      racecheck + synccheck:      gpu_quantize --race
 #   2. gpu_quantize, gpu_convert, gpu_quantize_formats (full)
-#   2b. a non-default kernel variant, the persistent 2 (src/cuda/quantize_common.cuh):
-#      gpu_quantize --small --variant 2 (every ragged size as R and as C, all
-#      layouts and modes), racecheck gpu_quantize --race --variant 2
-#   3. bench_quantize --json (alone on the GPU, after everything else; times
-#      every kernel variant, 0 to 5, in the same run)
+#   3. bench_quantize --json (alone on the GPU, after everything else)
 #
-# Steps 1, 2 and 2b run as four parallel lanes (their time is mostly CPU-side
+# Steps 1 and 2 run as three parallel lanes (their time is mostly CPU-side
 # reference work and checks); the benchmark runs alone afterwards. Every step
 # has a hard limit (timeout -s KILL). Expected: about 3 minutes on an H200
 # (16 cores), at most ~6.
@@ -109,20 +105,15 @@ lane2=$!
     step gpu_quantize 120 "$tdir/gpu_quantize"
 ) &
 lane3=$!
-(
-    step gpu_quantize_v2 100 "$tdir/gpu_quantize" --small --variant 2
-    san racecheck racecheck_quantize_v2 60 "$tdir/gpu_quantize" --race --variant 2
-) &
-lane4=$!
-wait $lane1 $lane2 $lane3 $lane4
+wait $lane1 $lane2 $lane3
 
 # The benchmark, alone on the GPU.
-step bench_quantize 300 "$bdir/bench_quantize" --variant all --json "$out/bench_quantize.json"
+step bench_quantize 300 "$bdir/bench_quantize" --json "$out/bench_quantize.json"
 cp "$logs/bench_quantize.log" "$out/bench_quantize.log"
 
 # The ends of the sanitizer logs (their summaries), in one file.
 {
-    for n in memcheck_quantize memcheck_convert racecheck_quantize synccheck_quantize racecheck_quantize_v2; do
+    for n in memcheck_quantize memcheck_convert racecheck_quantize synccheck_quantize; do
         [ -f "$logs/$n.log" ] || continue
         echo "==== $n (last 15 lines)"
         tail -15 "$logs/$n.log"
@@ -130,7 +121,7 @@ cp "$logs/bench_quantize.log" "$out/bench_quantize.log"
 } > "$out/sanitizer_tail.txt"
 
 failed=0
-order="memcheck_quantize memcheck_convert racecheck_quantize synccheck_quantize gpu_quantize_formats gpu_convert gpu_quantize gpu_quantize_v2 racecheck_quantize_v2 bench_quantize"
+order="memcheck_quantize memcheck_convert racecheck_quantize synccheck_quantize gpu_quantize_formats gpu_convert gpu_quantize bench_quantize"
 for n in $order; do
     if [ -f "$logs/$n.verdict" ]; then
         cat "$logs/$n.verdict" >> "$summary"

@@ -15,16 +15,6 @@ static bfp8_status launch_1x128(bfp8_context *ctx, const tile_args &args, bool r
     return launch_quantize_tiles<In, false, false, true, kAligned>(ctx, args, fn);
 }
 
-/* Benchmark hook, not part of the public API (bench/quantize declares it):
- * the kernel variant every later CUDA quantize call uses (0 to kVariants - 1,
- * see kernel_shape in quantize_common.cuh; kVariants = the default, which is
- * variant 5). Returns the previous one, or -1 and changes nothing
- * when v is not a variant. */
-extern "C" int bfp8_cuda_quantize_set_variant(int v) {
-    if (v < 0 || v > kAutoVariant) return -1;
-    return g_variant.exchange(v);
-}
-
 bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
                                      bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
     bool aligned;

@@ -13,13 +13,10 @@
  *   - the scales of both (the 128 scales of a tile are contiguous in both
  *     1 x 128 layouts).
  *
- * The default (variant 5) launches one CTA per tile: the tile is staged in
- * shared memory (by the TMA unit for aligned bf16, by 16-byte cp.async
- * otherwise) and three CTAs share an SM (two for f32), so while one waits
- * for its tile the others quantize and store. The older variants are
- * persistent: each CTA walks tiles blockIdx.x, + gridDim.x, ... through a
- * ring of shared-memory stages, the next tile in flight while this one is
- * quantized. Per tile:
+ * The grid has one CTA per tile: the tile is staged in shared memory (by
+ * the TMA unit for aligned bf16, by 16-byte cp.async otherwise) and three
+ * CTAs share an SM (two for f32), so while one waits for its tile the
+ * others quantize and store. Per tile:
  *   A  each thread takes an 8 x 8 block (rows rb*8.., columns cc*8..) into
  *      registers and writes its partial row and column maxima of |x| bits
  *   B  128 threads finish the row maxima and 128 the column maxima, turn
@@ -55,7 +52,6 @@ namespace bfp8_quant {
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
 constexpr int kScratchBytes = kTile * kTile; /* partial maxima, then the transposed codes */
-constexpr int kLeanScratchBytes = kThreads / 32 * kTile * 4; /* variant 3: a column maximum per warp */
 constexpr int kMultBytes = 2 * kTile * (int)sizeof(float);
 
 /* Kernel arguments. "q" is the code matrix laid out like x (out_rows or the
@@ -92,8 +88,8 @@ template <int kPending> __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-/* Variant 4's staging by the TMA unit: hopper.cuh's instructions under the
- * names this kernel uses (the emulation, which has no TMA, gives stubs). */
+/* Staging by the TMA unit: hopper.cuh's instructions under the names this
+ * kernel uses (the emulation, which has no TMA, gives stubs). */
 __device__ __forceinline__ void mbar_setup(uint64_t *bar) {
     bfp8_sm90::mbar_init(bar, 1);
     bfp8_sm90::fence_mbar_init();
@@ -140,12 +136,6 @@ __device__ __forceinline__ uint32_t perm_bytes(uint32_t a, uint32_t b, uint32_t 
     return r;
 #endif
 }
-
-/* Lane-exchange helpers (variant 3). The emulation supplies its own. */
-#ifndef BFP8_QUANT_EMULATION
-__device__ __forceinline__ uint32_t shfl_xor(uint32_t v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
-__device__ __forceinline__ uint32_t shfl_from(uint32_t v, int lane) { return __shfl_sync(0xffffffffu, v, lane); }
-#endif
 
 /* Transpose a 4 x 4 byte block: word i holds row i (byte k = column k) on
  * input, column i on output (byte k = row k). 8 PRMT. */
@@ -271,33 +261,6 @@ template <> struct block8x8<float> { /* f32: word j of row i is column j */
     }
 };
 
-/* Variant 3: the 8 maxima m[] (fp32 bits of |x|, as amax() gives them) of
- * this lane, maxed with those of the lanes whose index differs in the bits
- * kFirst..kLast (xor butterfly). bf16 maxima have 16 significant bits, so
- * two travel in one word. */
-template <typename In, int kFirst, int kLast>
-__device__ __forceinline__ void max_across_lanes(uint32_t (&m)[8]) {
-    if (sizeof(In) == 2) {
-        uint32_t pk[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) pk[q] = (m[2 * q] >> 16) | (m[2 * q + 1] & 0xffff0000u);
-#pragma unroll
-        for (int o = kFirst; o <= kLast; o <<= 1)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) pk[q] = __vmaxu2(pk[q], shfl_xor(pk[q], o));
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            m[2 * q] = pk[q] << 16;
-            m[2 * q + 1] = pk[q] & 0xffff0000u;
-        }
-    } else {
-#pragma unroll
-        for (int o = kFirst; o <= kLast; o <<= 1)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) m[i] = max(m[i], shfl_xor(m[i], o));
-    }
-}
-
 /* ------------------------------------------------------------------------ */
 /* Tile geometry and staging                                                 */
 
@@ -311,43 +274,6 @@ __device__ __forceinline__ tile_pos tile_at(const tile_args &a, int64_t tile) {
     tile_pos p;
     p.tr = tile / a.col_tiles;
     p.tc = tile - p.tr * a.col_tiles;
-    p.r0 = p.tr * kTile;
-    p.c0 = p.tc * kTile;
-    p.nr = (int)min((int64_t)kTile, a.rows - p.r0);
-    p.nc = (int)min((int64_t)kTile, a.cols - p.c0);
-    return p;
-}
-
-/* Variant 2: a CTA's walk over tiles tile, tile + step, ... kept as (tile
- * row, tile column) and advanced by the precomputed quotient and remainder
- * of step / col_tiles, instead of a 64-bit division per tile and thread. */
-struct tile_cursor {
-    int64_t tile, tr, tc;
-};
-
-__device__ __forceinline__ tile_cursor cursor_at(const tile_args &a, int64_t tile) {
-    tile_cursor c;
-    c.tile = tile;
-    c.tr = tile / a.col_tiles;
-    c.tc = tile - c.tr * a.col_tiles;
-    return c;
-}
-
-__device__ __forceinline__ void cursor_advance(const tile_args &a, tile_cursor &c, int64_t step,
-                                               int64_t step_tr, int64_t step_tc) {
-    c.tile += step;
-    c.tr += step_tr;
-    c.tc += step_tc; /* both < col_tiles: one wrap at most */
-    if (c.tc >= a.col_tiles) {
-        c.tc -= a.col_tiles;
-        ++c.tr;
-    }
-}
-
-__device__ __forceinline__ tile_pos tile_of(const tile_args &a, const tile_cursor &c) {
-    tile_pos p;
-    p.tr = c.tr;
-    p.tc = c.tc;
     p.r0 = p.tr * kTile;
     p.c0 = p.tc * kTile;
     p.nr = (int)min((int64_t)kTile, a.rows - p.r0);
@@ -373,18 +299,18 @@ __device__ __forceinline__ void stage_chunk_scalar(uint8_t *dst, const In *src, 
     *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-/* Start loading tile `tile` into a stage (nothing when it is past the end).
- * Whole 16-byte chunks go through cp.async; partial ones, and every chunk
- * of the general path, are loaded here and stored with zero fill. */
-template <typename In, bool kAligned, bool kFullPath = false>
-__device__ __forceinline__ void stage_tile_pos(const tile_args &a, const tile_pos &p, uint8_t *stage) {
+/* Start loading the tile at p into the stage. Whole 16-byte chunks go
+ * through cp.async; partial ones, and every chunk of the general path, are
+ * loaded here and stored with zero fill. */
+template <typename In, bool kAligned>
+__device__ __forceinline__ void stage_tile(const tile_args &a, const tile_pos &p, uint8_t *stage) {
     constexpr int kElems = 16 / (int)sizeof(In);
     constexpr int kChunksPerRow = kTile / kElems;
     constexpr int kRowBytes = kTile * (int)sizeof(In);
     const In *base = static_cast<const In *>(a.x) + p.r0 * a.x_ld + p.c0;
-    if (kAligned && kFullPath && p.nr == kTile && p.nc == kTile) {
-        /* variant 2, a whole tile: every chunk is one cp.async, no bounds
-         * checks; a thread's chunks sit kThreads / kChunksPerRow rows apart */
+    if (kAligned && p.nr == kTile && p.nc == kTile) {
+        /* a whole tile: every chunk is one cp.async, no bounds checks; a
+         * thread's chunks sit kThreads / kChunksPerRow rows apart */
         constexpr int kRowStep = kThreads / kChunksPerRow;
         const int lr = (int)threadIdx.x / kChunksPerRow, q = (int)threadIdx.x % kChunksPerRow;
         const In *src = base + (int64_t)lr * a.x_ld + q * kElems;
@@ -406,12 +332,6 @@ __device__ __forceinline__ void stage_tile_pos(const tile_args &a, const tile_po
         else
             stage_chunk_scalar<In>(dst, src, n);
     }
-}
-
-template <typename In, bool kAligned, bool kFullPath = false>
-__device__ __forceinline__ void stage_tile(const tile_args &a, int64_t tile, uint8_t *stage) {
-    if (tile >= a.num_tiles) return;
-    stage_tile_pos<In, kAligned, kFullPath>(a, tile_at(a, tile), stage);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -471,10 +391,11 @@ __device__ __forceinline__ void store_transposed(const tile_args &a, const tile_
     }
 }
 
-/* store_transposed for a whole tile (variant 2): every piece is 16 bytes
- * inside x^T; the thread's 4 pieces are 32 rows of x^T apart. kEvictLast
- * (variant 5): the pieces stay in L2 in preference to other lines. */
-template <bool kEvictLast>
+/* store_transposed for a whole tile: every piece is 16 bytes inside x^T;
+ * the thread's 4 pieces are 32 rows of x^T apart. They are stored under an
+ * L2 evict-last policy: the 128-byte pieces of neighbouring tiles then meet
+ * in L2 before they go to DRAM (0.5-1.7 points of bf16 dual, bench/results/
+ * 2026-11-30_quantize_h200_s5_evict_last.txt). */
 __device__ __forceinline__ void store_transposed_full(const tile_args &a, const tile_pos &p,
                                                       const uint8_t *transposed) {
     const int c0 = (int)threadIdx.x >> 3, k = (int)threadIdx.x & 7;
@@ -487,10 +408,7 @@ __device__ __forceinline__ void store_transposed_full(const tile_args &a, const 
         const int f = (c >> 3) & 15;
         uint4 v = *reinterpret_cast<const uint4 *>(transposed + c * kTile + ((2 * k) ^ (f & ~1)) * 8);
         if (f & 1) v = make_uint4(v.z, v.w, v.x, v.y);
-        if (kEvictLast)
-            store16_evict_last(dst, v);
-        else
-            *reinterpret_cast<uint4 *>(dst) = v;
+        store16_evict_last(dst, v);
         dst += dst_step;
     }
 }
@@ -530,232 +448,59 @@ __device__ __forceinline__ int finish_group(PartAt part_at, int pow2, float &mul
 /* The kernel                                                                */
 
 /*
- * Kernel variants (all bit-exact; bench_quantize times them side by side,
- * bfp8_cuda_quantize_set_variant picks one):
- *   0  the first version: 2 stages for bf16; the 128x128 multiplier made by
- *      thread 0 between two barriers; W^T codes quantized a second time.
- *   1  3 stages for bf16 (still 2 CTAs per SM: 2 x (113 + 1) KB =
- *      228 KB), so two tiles (64 KB) are in flight per CTA instead of one;
- *      128x128: every thread reduces the 8 warp maxima itself (no serial
- *      section, one barrier fewer per tile) and the W^T codes are the W
- *      codes transposed in registers (PRMT) instead of 64 more FMUL and 32
- *      more cvt per thread.
- *   2  variant 1's 128x128 changes with variant 0's 2 bf16 stages (faster
- *      than 3 for every bf16 1x128 mode on the H200), plus a whole-tile
- *      path: an aligned tile with 128 valid rows and columns (every tile but
- *      the ragged last row and column of tiles) is staged, quantized and
- *      stored by a copy of the tile code compiled for exactly 128 x 128,
- *      without a bounds check or a byte-wise fallback per store, with one
- *      64-bit address per output stream advanced by a stride (in SASS: most
- *      ISETP, BRA/BSSY/BSYNC and 64-bit address IMADs go away); and the
- *      tile walk keeps (tile row, tile column) instead of dividing by
- *      col_tiles twice per tile. Executed SASS per whole bf16 tile and
- *      thread (one tile = 8 x 16 input bytes a thread), v1 -> v2: dual
- *      1322 -> 835, rows 802 -> 510, cols 786 -> 556, W+W^T 856 -> 507.
- *   3  variant 2 with a lane-level row path and less shared memory. A warp
- *      holds 16 whole tile rows, so the 1x128 row maxima are reduced across
- *      lanes with shuffles and each row's multiplier made by one lane (no
- *      shared memory, no barrier: rows-only tiles need none); the column
- *      maxima of the two row blocks of a warp are combined the same way,
- *      leaving 8 x 128 words of partials instead of 16 x 128 x 2; the
- *      transposed codes go into the tile's own stage, free once every thread
- *      holds its block. Measured (bench/results/2026-11-30_quantize_h200_
- *      run4_lean.txt): within 1% of variant 2 on every 1x128 kernel, so the
- *      barriers and the partial-maxima traffic it removes do not limit them;
- *      on bf16 W+W^T 8% faster in that run, equal in the next. Its smaller scratch also fits 3 bf16 stages
- *      at 2 CTAs per SM (two tiles in flight per CTA, against ncu's
- *      long-scoreboard stalls on bf16 dual): that was 2-5% slower on every
- *      bf16 kernel, as variant 1's third stage was, and is not kept.
- *   4  variant 2 with bf16 tiles loaded by the TMA unit (one
- *      cp.async.bulk.tensor per 32 KB tile into the stage, completion on an
- *      mbarrier, ragged edges zero-filled by the TMA) instead of 2048
- *      16-byte cp.async; aligned bf16 only (others run variant 2). Not run
- *      by quantize_emulated (the emulation has no TMA). Measured
- *      (bench/results/2026-11-30_quantize_h200_run11_tma.txt): bf16 dual 2%,
- *      cols 1% faster than variant 2, the rest equal: how the tile is
- *      fetched is not what holds bf16 dual at ~80% of copy either.
- *   5  one CTA per tile (grid = number of tiles) with a single stage: 49 KB
- *      of shared memory and at most 85 registers for bf16, three CTAs per
- *      SM (f32: 81 KB, two), TMA-staged aligned bf16, cp.async otherwise.
- *      Measured (bench/results/2026-11-30_quantize_h200_s5_one_tile.txt,
- *      same run as variants 0-4): fastest on all 22 kernels and shapes;
- *      bf16 dual 79-84% -> 86-90% of copy, bf16 W+W^T 78% -> 85%, f32 dual
- *      94-97%. Whole tiles store their x^T pieces under an L2 evict-last
- *      policy: a further 0.5-1.7 points (bf16 dual 86-91%,
- *      ..._s5_evict_last.txt), and bench_linear unchanged, so the lines
- *      kept in L2 do not cost the GEMMs that follow. Why one tile per CTA:
- *      probe_bandwidth's copies (same run) move bytes at 92% of
- *      cudaMemcpy when their grid is persistent and 96-97% when every CTA
- *      takes one piece and leaves (cudaMemcpy itself is an SM kernel: it
- *      waits for free SMs); the tile probe of the dual quantizer's data
- *      flow went from 77-84% to 87-89% the same way.
- * Tried and not kept (bench/results/2026-11-30_quantize_walk_and_tma_store_
- * not_kept.patch): walking tiles in bands of 2-64 tile rows, column by
- * column (longer runs of x^T per wave), and evict-first code stores: equal
- * or up to 4% slower; codes stored by the TMA unit from the tile's own
- * stage: equal (and a TMA store clips a matrix's inner dimension at 16
- * bytes, not at its last byte). bench/quantize/probe_bandwidth moves the
- * same bytes in the same tiles with no quantization at all and is as fast
- * as bf16 dual (bench/results/2026-11-30_quantize_h200_probes.txt): the
- * kernel is at the ceiling of its access pattern, and two sequential
- * output streams would be only 4-8% faster.
+ * How this kernel came to be (every step bit-exact, timed on the H200 with
+ * bench_quantize against the copy of the same run; the earlier forms and
+ * their figures are in bench/results, the code of each in git history):
+ *   - persistent grids walking tiles through 2- or 3-stage rings
+ *     (2026-11-30, "variants 0-4"): bf16 dual 79-84% of the copy. A whole-
+ *     tile path compiled for exactly 128 x 128 (no bounds checks, one
+ *     address per output stream) cut executed SASS per thread from 1322 to
+ *     835 (dual); 128x128 made W^T's codes by transposing W's in registers.
+ *     A lane-level row path (shuffles instead of shared memory) and TMA
+ *     staging each gave 0-2%.
+ *   - one CTA per tile (this kernel, "variant 5", 2026-11-30_quantize_h200_
+ *     s5_one_tile.txt): fastest on all 22 kernels and shapes, bf16 dual
+ *     86-90%, f32 dual 94-97%. Copies whose CTAs each take one piece and
+ *     leave reach 96-97% of cudaMemcpy (itself an SM kernel), persistent
+ *     ones ~92%: the hardware's CTA launch keeps the memory system busier
+ *     than any walk.
+ *   - measured and not kept: tile walks in bands of 2-64 tile rows;
+ *     evict-first, streaming or evict-last row-code stores; TMA stores of
+ *     the codes; 4 bf16 CTAs per SM (spills) or 2 (3 points slower); L2
+ *     prefetch of a later tile (worse); persistent CTAs claiming tiles from
+ *     a counter with the next load issued as soon as the stage is read (1-1.5
+ *     points slower) (..._not_kept.patch / .txt files of 2026-11-30 and
+ *     2026-12-01).
+ * What is left between bf16 dual and the copy: the x^T layout, whose
+ * 128-byte pieces land in 128 rows per tile (probe_bandwidth moves the same
+ * bytes without quantizing at the same speed), and ~2.6 us per call that a
+ * chained cudaMemcpy of the same size pays too.
  */
-constexpr int kVariants = 6;
-constexpr int kDefaultVariant = 2;
-/* The default for every launch: variant 5, the fastest on every kernel of
- * bench_quantize --variant 0-5 on the H200 (see above). */
-constexpr int kAutoVariant = kVariants;
-
-template <typename In, int kV = kDefaultVariant> struct kernel_shape {
-    /* variant 5: one tile per CTA, no ring */
-    static constexpr bool kOneTile = kV == 5;
-    static constexpr int kStages = kOneTile ? 1 : sizeof(In) == 2 ? (kV == 1 ? 3 : 2) : 3;
-    static constexpr int kMinBlocks = kOneTile ? (sizeof(In) == 2 ? 3 : 2) : sizeof(In) == 2 ? 2 : 1;
+template <typename In> struct kernel_shape {
+    /* the CTAs per SM the registers are capped for */
+    static constexpr int kMinBlocks = sizeof(In) == 2 ? 3 : 2;
     static constexpr int kStageBytes = kTile * kTile * (int)sizeof(In);
-    static constexpr int kScratch = kV == 3 ? kLeanScratchBytes : kScratchBytes;
-    /* variants 4 and 5, bf16: one mbarrier per stage after the multipliers */
-    static constexpr bool kTmaLoads = (kV == 4 || kV == 5) && sizeof(In) == 2;
-    static constexpr int kBarrierOffset = kStages * kStageBytes + kScratch + kMultBytes;
-    static constexpr int kSmemBytes = kBarrierOffset + (kTmaLoads ? kStages * 8 : 0);
+    /* bf16: the TMA unit stages the tile, completing on one mbarrier after the multipliers */
+    static constexpr bool kTmaLoads = sizeof(In) == 2;
+    static constexpr int kBarrierOffset = kStageBytes + kScratchBytes + kMultBytes;
+    static constexpr int kSmemBytes = kBarrierOffset + (kTmaLoads ? 8 : 0);
 };
-
-/* The 8 e4m3 codes of row i of a thread's block, multiplied by m: columns
- * 0..3 in lo, 4..7 in hi. */
-template <typename In>
-__device__ __forceinline__ void row_codes(const block8x8<In> &x, int i, float m, uint32_t &lo, uint32_t &hi) {
-    lo = pack16x2(e4m3x2(__fmul_rn(x.at(i, 0), m), __fmul_rn(x.at(i, 1), m)),
-                  e4m3x2(__fmul_rn(x.at(i, 2), m), __fmul_rn(x.at(i, 3), m)));
-    hi = pack16x2(e4m3x2(__fmul_rn(x.at(i, 4), m), __fmul_rn(x.at(i, 5), m)),
-                  e4m3x2(__fmul_rn(x.at(i, 6), m), __fmul_rn(x.at(i, 7), m)));
-}
-
-/*
- * Variant 3, 1x128 groups: one tile with the lane-level row path. The warp
- * of a thread (rb = tid / 16, cc = tid % 16) holds tile rows 16w..16w+15 in
- * full, the two halves of the warp 8 rows each. Rows: the half warp's 16
- * lanes combine their row maxima by shuffles, lane cc < 8 turns row cc's
- * into the multiplier and scale, and every lane fetches the 8 multipliers
- * of its rows; the row codes go out at once. Columns: the two halves
- * combine their column maxima, the first half writes them (one 128-word row
- * of partials per warp), and after a barrier 128 threads make the column
- * multipliers; the transposed codes go through the tile's own stage.
- */
-template <typename In, bool kQ, bool kT, bool kAligned, bool kFull>
-__device__ __forceinline__ void quantize_tile_lean(const tile_args &a, tile_pos p, uint8_t *staged,
-                                                   uint8_t *scratch) {
-    uint32_t *const col_part = reinterpret_cast<uint32_t *>(scratch);
-    float *const col_mult = reinterpret_cast<float *>(scratch + kLeanScratchBytes) + kTile;
-    uint8_t *const transposed = staged;
-    const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15, warp = tid >> 5;
-    if (kFull) {
-        p.nr = kTile;
-        p.nc = kTile;
-    }
-    int nonfinite = 0;
-
-    block8x8<In> x;
-    x.load(staged, rb, cc);
-    uint32_t rmax[8], cmax[8];
-    x.amax(rmax, cmax);
-
-    if (kT) {
-        max_across_lanes<In, 16, 16>(cmax);
-        if ((tid & 16) == 0) {
-            uint32_t *d0 = col_part + col_part_index(warp, cc * 8);
-            uint32_t *d1 = col_part + col_part_index(warp, cc * 8 + 4);
-            *reinterpret_cast<uint4 *>(d0) = make_uint4(cmax[0], cmax[1], cmax[2], cmax[3]);
-            *reinterpret_cast<uint4 *>(d1) = make_uint4(cmax[4], cmax[5], cmax[6], cmax[7]);
-        }
-    }
-
-    if (kQ) {
-        max_across_lanes<In, 1, 8>(rmax);
-        const int i_own = cc & 7; /* lanes cc and cc + 8 both make row i_own's multiplier */
-        uint32_t own = rmax[0];
-#pragma unroll
-        for (int i = 1; i < 8; ++i) own = i_own == i ? rmax[i] : own;
-        float mult, scale;
-        const int bad = group_multiplier(own, a.pow2, mult, scale);
-        const int r = rb * 8 + i_own;
-        if (cc < 8) {
-            nonfinite = bad;
-            if (r < p.nr) a.q_scales[p.tc * a.q_scale_ld + p.r0 + r] = scale;
-        }
-        const int half = tid & 16;
-        uint8_t *qrow = kFull ? a.q + (p.r0 + rb * 8) * a.q_ld + p.c0 + cc * 8 : nullptr;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const float m = __uint_as_float(shfl_from(__float_as_uint(mult), half | i));
-            uint32_t lo, hi;
-            row_codes(x, i, m, lo, hi);
-            if (kFull) {
-                *reinterpret_cast<uint2 *>(qrow) = make_uint2(lo, hi);
-                qrow += a.q_ld;
-            } else {
-                store_row_codes<kAligned>(a, p, rb * 8 + i, cc, lo, hi);
-            }
-        }
-    }
-
-    if (kT) {
-        __syncthreads(); /* every warp's column partials are in; every thread holds its block */
-        if (tid < kTile) {
-            const int c = tid;
-            uint32_t m = 0;
-#pragma unroll
-            for (int w = 0; w < kThreads / 32; ++w) m = max(m, col_part[col_part_index(w, c)]);
-            float mult, scale;
-            nonfinite |= group_multiplier(m, a.pow2, mult, scale);
-            col_mult[c] = mult;
-            if (c < p.nc) a.t_scales[p.tr * a.t_scale_ld + p.c0 + c] = scale;
-        }
-        __syncthreads();
-        float cm[8];
-        const float4 c0 = *reinterpret_cast<const float4 *>(col_mult + cc * 8);
-        const float4 c1 = *reinterpret_cast<const float4 *>(col_mult + cc * 8 + 4);
-        cm[0] = c0.x; cm[1] = c0.y; cm[2] = c0.z; cm[3] = c0.w;
-        cm[4] = c1.x; cm[5] = c1.y; cm[6] = c1.z; cm[7] = c1.w;
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const uint32_t lo = pack16x2(e4m3x2(__fmul_rn(x.at(0, j), cm[j]), __fmul_rn(x.at(1, j), cm[j])),
-                                         e4m3x2(__fmul_rn(x.at(2, j), cm[j]), __fmul_rn(x.at(3, j), cm[j])));
-            const uint32_t hi = pack16x2(e4m3x2(__fmul_rn(x.at(4, j), cm[j]), __fmul_rn(x.at(5, j), cm[j])),
-                                         e4m3x2(__fmul_rn(x.at(6, j), cm[j]), __fmul_rn(x.at(7, j), cm[j])));
-            const int c = cc * 8 + j;
-            *reinterpret_cast<uint2 *>(transposed + c * kTile + transposed_unit(c, rb) * 8) = make_uint2(lo, hi);
-        }
-        __syncthreads();
-        if (kFull)
-            store_transposed_full<false>(a, p, transposed);
-        else
-            store_transposed<kAligned>(a, p, transposed);
-    }
-    /* Groups that lie wholly outside x are all zero, never non-finite. */
-    if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
-}
 
 /*
  * One tile, from its stage in shared memory to every output (phases A-C of
  * the header comment). kFull: the tile has 128 valid rows and columns and
- * kAligned holds (variant 2's whole-tile path): the bounds become constants
- * and every ragged branch folds away.
+ * kAligned holds (the whole-tile path): the bounds become constants and
+ * every ragged branch folds away.
  */
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV, bool kFull>
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, bool kFull>
 __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, uint8_t *staged,
                                               uint8_t *scratch) {
-    if constexpr (kV == 3 && !kBlock) {
-        quantize_tile_lean<In, kQ, kT, kAligned, kFull>(a, p, staged, scratch);
-        return;
-    }
-    /* variant >= 1, 128x128: the 8 warp maxima, outside the scratch that the
-     * transposed codes overwrite while slower warps may still read them */
-    constexpr bool kFastBlock = kBlock && kV >= 1;
     uint32_t *const row_part = reinterpret_cast<uint32_t *>(scratch);
     uint32_t *const col_part = row_part + 16 * kTile;
-    /* variant 3: the transposed codes go into the tile's own stage (every
-     * thread holds its block after the first barrier) */
-    uint8_t *const transposed = kV == 3 ? staged : scratch;
-    float *const row_mult = reinterpret_cast<float *>(scratch + kernel_shape<In, kV>::kScratch);
+    uint8_t *const transposed = scratch; /* overwrites the partial maxima, read by then */
+    /* 128x128: the 8 warp maxima go here, outside the scratch that the
+     * transposed codes overwrite while slower warps may still read them */
+    float *const row_mult = reinterpret_cast<float *>(scratch + kScratchBytes);
     float *const col_mult = row_mult + kTile;
     const int tid = (int)threadIdx.x, rb = tid >> 4, cc = tid & 15;
     if (kFull) {
@@ -768,7 +513,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
     x.load(staged, rb, cc);
     if (kBlock) {
         const uint32_t m = __reduce_max_sync(0xffffffffu, x.amax_all());
-        if ((tid & 31) == 0) (kFastBlock ? reinterpret_cast<uint32_t *>(row_mult) : row_part)[tid >> 5] = m;
+        if ((tid & 31) == 0) reinterpret_cast<uint32_t *>(row_mult)[tid >> 5] = m;
     } else {
         uint32_t rmax[8], cmax[8];
         x.amax(rmax, cmax);
@@ -790,7 +535,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
     /* B: multipliers and scales */
     int nonfinite = 0;
     float block_mult = 0.0f;
-    if (kFastBlock) { /* every thread, from the same 8 words: the same multiplier */
+    if (kBlock) { /* every thread, from the same 8 words: the same multiplier */
         const uint4 m0 = *reinterpret_cast<const uint4 *>(row_mult);
         const uint4 m1 = *reinterpret_cast<const uint4 *>(row_mult + 4);
         const uint32_t m = max(max(max(m0.x, m0.y), max(m0.z, m0.w)), max(max(m1.x, m1.y), max(m1.z, m1.w)));
@@ -801,17 +546,6 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
             if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
         } else {
             nonfinite = 0;
-        }
-    } else if (kBlock) {
-        if (tid == 0) {
-            uint32_t m = 0;
-#pragma unroll
-            for (int w = 0; w < kThreads / 32; ++w) m = max(m, row_part[w]);
-            float mult, scale;
-            nonfinite = group_multiplier(m, a.pow2, mult, scale);
-            row_mult[0] = mult;
-            a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
-            if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
         }
     } else {
         if (kQ && tid < kTile) {
@@ -828,17 +562,13 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
     }
     /* Groups that lie wholly outside x are all zero, never non-finite. */
     if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
-    if (!kFastBlock) __syncthreads();
+    if (!kBlock) __syncthreads();
 
     /* C: codes */
     float rm[8], cm[8];
-    if (kFastBlock) {
+    if (kBlock) {
 #pragma unroll
         for (int i = 0; i < 8; ++i) rm[i] = cm[i] = block_mult;
-    } else if (kBlock) {
-        const float m = row_mult[0];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) rm[i] = cm[i] = m;
     } else {
         if (kQ) {
             const float4 r0 = *reinterpret_cast<const float4 *>(row_mult + rb * 8);
@@ -878,7 +608,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
                 rcode[i][1] = hi;
             }
         }
-        if (kT && !kFastBlock) {
+        if (kT && !kBlock) {
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const uint32_t h = e4m3x2(__fmul_rn(x.at(2 * k, j), cm[j]),
@@ -890,7 +620,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
             }
         }
     }
-    if (kT && kFastBlock) { /* one multiplier: the column codes are the row codes */
+    if (kT && kBlock) { /* one multiplier: the column codes are the row codes */
 #pragma unroll
         for (int h = 0; h < 2; ++h)     /* rows 4h..4h+3 */
 #pragma unroll
@@ -910,7 +640,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
         }
         __syncthreads();
         if (kFull)
-            store_transposed_full<kV == 5>(a, p, transposed);
+            store_transposed_full(a, p, transposed);
         else
             store_transposed<kAligned>(a, p, transposed);
     }
@@ -919,37 +649,24 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
 /*
  * kBlock: one 128x128 group per tile (else 1x128 groups).
  * kQ / kT: write the codes and scales of x / of x^T.
+ * kAligned: every access can be 16 bytes wide (whole tiles then take the
+ * path compiled for exactly 128 x 128); bf16 tiles are then staged by the
+ * TMA unit (ragged ones zero-filled), everything else by cp.async.
  */
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
-__global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
+__global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
     quantize_tiles_kernel(const __grid_constant__ tile_args a, const __grid_constant__ CUtensorMap tmap_x) {
-    using shape = kernel_shape<In, kV>;
-    constexpr int kStages = shape::kStages;
-    constexpr bool kFullPath = kAligned && kV >= 2;
-    /* variant 4: the TMA unit stages whole tiles (ragged ones zero-filled) */
+    using shape = kernel_shape<In>;
     constexpr bool kTma = shape::kTmaLoads && kAligned;
     extern __shared__ __align__(128) uint8_t smem[];
-    uint8_t *const scratch = smem + kStages * shape::kStageBytes;
+    uint8_t *const scratch = smem + shape::kStageBytes;
     uint64_t *const staged_bar = reinterpret_cast<uint64_t *>(smem + shape::kBarrierOffset); /* kTma only */
-    const int64_t step = gridDim.x;
     const bool tma_thread = kTma && threadIdx.x == 0;
 
-    /* Start loading the tile at p into stage s. */
-    auto stage_at = [&](const tile_pos &p, int s) {
-        if constexpr (kTma) {
-            if (tma_thread) {
-                fence_async_shared(); /* earlier generic-proxy use of the buffer comes first */
-                mbar_expect_bytes(&staged_bar[s], shape::kStageBytes);
-                tma_load_tile(smem + s * shape::kStageBytes, &tmap_x, &staged_bar[s], (int)p.c0, (int)p.r0);
-            }
-        } else {
-            stage_tile_pos<In, kAligned, kFullPath>(a, p, smem + s * shape::kStageBytes);
-        }
-    };
     if constexpr (kTma) {
         if (tma_thread) {
             tma_prefetch_map(&tmap_x); /* a kernel parameter: fetch it while the previous grid drains */
-            for (int s = 0; s < kStages; ++s) mbar_setup(&staged_bar[s]);
+            mbar_setup(staged_bar);
         }
         __syncthreads();
     }
@@ -958,82 +675,29 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In, kV>::kMinBlocks)
     griddep_wait();
     griddep_launch_dependents();
 
-    if constexpr (kStages == 1) {
-        /* variant 5: a CTA per tile (the launch makes one), so there is
-         * nothing to prefetch; a smaller grid would still be walked right */
-        uint32_t parity = 0; /* kTma */
-        for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
-            const tile_pos p = tile_at(a, tile);
-            __syncthreads(); /* the previous tile is done with the stage */
-            stage_at(p, 0);
-            if constexpr (kTma) {
-                mbar_wait_parity(&staged_bar[0], parity);
-                parity ^= 1u;
-            } else {
-                cp_async_commit();
-                cp_async_wait<0>();
-                __syncthreads(); /* every thread's chunks (and the zero-filled ones) are in */
+    /* a CTA per tile (the launch makes one); a smaller grid would still be walked right */
+    uint32_t parity = 0; /* kTma */
+    for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += gridDim.x) {
+        const tile_pos p = tile_at(a, tile);
+        __syncthreads(); /* the previous tile is done with the stage */
+        if constexpr (kTma) {
+            if (tma_thread) {
+                fence_async_shared(); /* earlier generic-proxy use of the buffer comes first */
+                mbar_expect_bytes(staged_bar, shape::kStageBytes);
+                tma_load_tile(smem, &tmap_x, staged_bar, (int)p.c0, (int)p.r0);
             }
-            if (kFullPath && p.nr == kTile && p.nc == kTile)
-                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, kFullPath>(a, p, smem, scratch);
-            else
-                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, false>(a, p, smem, scratch);
+            mbar_wait_parity(staged_bar, parity);
+            parity ^= 1u;
+        } else {
+            stage_tile<In, kAligned>(a, p, smem);
+            cp_async_commit();
+            cp_async_wait<0>();
+            __syncthreads(); /* every thread's chunks (and the zero-filled ones) are in */
         }
-    } else {
-#pragma unroll
-        for (int s = 0; s < kStages - 1; ++s) {
-            const int64_t t = (int64_t)blockIdx.x + s * step;
-            if (kTma || kV >= 2) {
-                if (t < a.num_tiles) stage_at(tile_at(a, t), s);
-            } else {
-                stage_tile<In, kAligned, kFullPath>(a, t, smem + s * shape::kStageBytes);
-            }
-            if (!kTma) cp_async_commit();
-        }
-
-        int stage = 0;
-        uint32_t phases = 0; /* kTma: bit s, the parity of stage s's next completion */
-        /* variant 2: this tile and the one to prefetch, without a division each */
-        const int64_t step_tr = kV >= 2 ? step / a.col_tiles : 0, step_tc = step - step_tr * a.col_tiles;
-        tile_cursor cur = {}, pre = {};
-        if (kV >= 2) {
-            cur = cursor_at(a, blockIdx.x);
-            pre = cursor_at(a, (int64_t)blockIdx.x + (kStages - 1) * step);
-        }
-        for (int64_t tile = blockIdx.x; tile < a.num_tiles; tile += step) {
-            if constexpr (kTma) {
-                mbar_wait_parity(&staged_bar[stage], (phases >> stage) & 1u);
-                phases ^= 1u << stage;
-            } else {
-                cp_async_wait<kStages - 2>();
-            }
-            __syncthreads(); /* this tile is staged; the previous tile is done with every buffer */
-            {
-                const int refill = stage == 0 ? kStages - 1 : stage - 1;
-                if (kV >= 2) {
-                    if (pre.tile < a.num_tiles) stage_at(tile_of(a, pre), refill);
-                    cursor_advance(a, pre, step, step_tr, step_tc);
-                } else {
-                    stage_tile<In, kAligned>(a, tile + (kStages - 1) * step, smem + refill * shape::kStageBytes);
-                }
-                if (!kTma) cp_async_commit();
-            }
-            tile_pos p;
-            if (kV >= 2) {
-                p = tile_of(a, cur);
-                cursor_advance(a, cur, step, step_tr, step_tc);
-            } else {
-                p = tile_at(a, tile);
-            }
-            uint8_t *const staged = smem + stage * shape::kStageBytes;
-            stage = stage == kStages - 1 ? 0 : stage + 1;
-            if (kFullPath && p.nr == kTile && p.nc == kTile)
-                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, kFullPath>(a, p, staged, scratch);
-            else
-                quantize_tile<In, kBlock, kQ, kT, kAligned, kV, false>(a, p, staged, scratch);
-        }
-        if (!kTma) cp_async_wait<0>(); /* nothing may be in flight into shared memory at exit */
-        /* kTma: every tile loaded was waited for (each prefetch is of a tile this CTA processes) */
+        if (kAligned && p.nr == kTile && p.nc == kTile)
+            quantize_tile<In, kBlock, kQ, kT, kAligned, kAligned>(a, p, smem, scratch);
+        else
+            quantize_tile<In, kBlock, kQ, kT, kAligned, false>(a, p, smem, scratch);
     }
 }
 
@@ -1081,9 +745,6 @@ static inline tile_args make_tile_args(const bfp8_matrix *x, const bfp8_qmatrix 
 /* ------------------------------------------------------------------------ */
 /* Host side                                                                 */
 
-/* The kernel variant every launch uses (see kernel_shape); only
- * bfp8_cuda_quantize_set_variant (quantize_1x128.cu) changes it. */
-inline std::atomic<int> g_variant{kAutoVariant};
 /* Whether launches carry the programmatic stream serialization attribute
  * (programmatic dependent launch: the kernel waits for the previous grid
  * itself, griddep_wait, so its CTAs are launched while that grid drains).
@@ -1092,36 +753,31 @@ inline std::atomic<int> g_variant{kAutoVariant};
  * s9_pdl.txt): 2-3 us less a call on the issue's shapes. */
 inline std::atomic<int> g_pdl{1};
 
-/* Launch quantize_tiles_kernel on ctx's stream: variant 5 with a CTA per
- * tile, the others over a persistent grid (as many CTAs as fit on the
- * device at once, at most one per tile). The shared memory attribute and
- * the occupancy are asked once per device and kernel. */
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, int kV>
-bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, const char *fn) {
-    auto kernel = quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned, kV>;
-    const int smem = kernel_shape<In, kV>::kSmemBytes;
+/* Launch quantize_tiles_kernel on ctx's stream, a CTA per tile. The shared
+ * memory attribute is set (and the kernel's fit checked) once per device. */
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
+bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
+    auto kernel = quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned>;
+    const int smem = kernel_shape<In>::kSmemBytes;
     constexpr int kCachedDevices = 64;
-    static std::atomic<int> cached_per_sm[kCachedDevices]; /* 0: not asked yet */
+    static std::atomic<int> ready[kCachedDevices]; /* 1: attribute set and the kernel fits */
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
     const bool cacheable = ctx->device >= 0 && ctx->device < kCachedDevices;
-    int per_sm = cacheable ? cached_per_sm[ctx->device].load(std::memory_order_acquire) : 0;
-    if (per_sm == 0) {
+    if (!cacheable || !ready[ctx->device].load(std::memory_order_acquire)) {
+        int per_sm = 0;
         BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         BFP8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
         if (per_sm < 1)
             return bfp8_fail(BFP8_ERR_CUDA, "%s: the quantize kernel does not fit on the device", fn);
-        if (cacheable) cached_per_sm[ctx->device].store(per_sm, std::memory_order_release);
+        if (cacheable) ready[ctx->device].store(1, std::memory_order_release);
     }
-    const int64_t resident = (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms;
-    const int64_t cap = kernel_shape<In, kV>::kOneTile ? INT32_MAX : resident;
-    const int grid = (int)(args.num_tiles < cap ? args.num_tiles : cap);
-    CUtensorMap tmap_x = {}; /* variants 4 and 5: x in boxes of one tile, read by the TMA unit */
-    if constexpr (kernel_shape<In, kV>::kTmaLoads && kAligned)
+    CUtensorMap tmap_x = {}; /* TMA staging: x in boxes of one tile */
+    if constexpr (kernel_shape<In>::kTmaLoads && kAligned)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,
                                          (uint64_t)args.rows, (uint64_t)args.x_ld * sizeof(In), kTile, kTile,
                                          CU_TENSOR_MAP_SWIZZLE_NONE, "x"));
     cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)grid);
+    config.gridDim = dim3((unsigned)(args.num_tiles < INT32_MAX ? args.num_tiles : INT32_MAX)); /* walks the rest */
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = (size_t)smem;
     config.stream = bfp8_stream_of(ctx);
@@ -1135,19 +791,6 @@ bfp8_status launch_quantize_variant(bfp8_context *ctx, const tile_args &args, co
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args, tmap_x));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
-}
-
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned>
-bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, const char *fn) {
-    static_assert(kVariants == 6, "one branch per variant");
-    int v = g_variant.load(std::memory_order_relaxed);
-    if (v == kAutoVariant) v = 5;
-    if (v == 5) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 5>(ctx, args, fn);
-    if (v == 0) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 0>(ctx, args, fn);
-    if (v == 2) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 2>(ctx, args, fn);
-    if (v == 3) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 3>(ctx, args, fn);
-    if (v == 4) return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 4>(ctx, args, fn);
-    return launch_quantize_variant<In, kBlock, kQ, kT, kAligned, 1>(ctx, args, fn);
 }
 #endif
 

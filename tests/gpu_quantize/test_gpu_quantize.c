@@ -18,11 +18,9 @@
  *   gpu_quantize --small    for compute-sanitizer memcheck: every one of those
  *                           sizes as R and as C, one poison
  *   gpu_quantize --race     for racecheck / synccheck: one ragged shape with
- *                           more tiles than resident CTAs (CTAs cycle tiles
- *                           through their shared-memory stages), dense only
- *   --variant N             (with any of the above) run every kernel as
- *                           variant N (src/cuda/quantize_common.cuh) instead
- *                           of the default one
+ *                           more tiles than resident CTAs (CTAs of later
+ *                           waves reuse the shared memory of earlier ones),
+ *                           dense only
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,11 +35,6 @@ static const char *const mode_names[MODE_COUNT] = {"1x128 dual", "1x128 rows", "
 
 static bfp8_context *cpu, *gpu;
 static int64_t runs = 0;
-
-/* Benchmark and test hook of src/cuda/quantize_1x128.cu (not in the public
- * API): the kernel variant of later CUDA quantize calls; returns the
- * previous one, or -1 when v is not a variant. */
-extern int bfp8_cuda_quantize_set_variant(int v);
 
 typedef struct reference {
     bfp8_qmatrix rows, cols, block, block_t;
@@ -193,24 +186,18 @@ static void run_input(bfp8_dtype dtype, int64_t rows, int64_t cols, unsigned fil
 
 int main(int argc, char **argv) {
     TEST_REQUIRE_GPU();
-    int small = 0, race = 0, variant = -1;
+    int small = 0, race = 0;
     for (int i = 1; i < argc; ++i) {
         if (strcmp(argv[i], "--small") == 0)
             small = 1;
         else if (strcmp(argv[i], "--race") == 0)
             race = 1;
-        else if (strcmp(argv[i], "--variant") == 0 && i + 1 < argc)
-            variant = atoi(argv[++i]);
         else
-            test_fatal("unknown argument %s (usage: gpu_quantize [--small | --race] [--variant N])", argv[i]);
+            test_fatal("unknown argument %s (usage: gpu_quantize [--small | --race])", argv[i]);
     }
     if (bfp8_context_create(&cpu, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
         bfp8_context_create(&gpu, BFP8_BACKEND_CUDA, 0) != BFP8_OK)
         test_fatal("context: %s", bfp8_last_error());
-    if (variant >= 0) {
-        if (bfp8_cuda_quantize_set_variant(variant) < 0) test_fatal("no kernel variant %d", variant);
-        printf("kernel variant %d\n", variant);
-    }
 
     static const int64_t sizes[] = {1, 127, 128, 129, 1000};
     enum { kSizes = sizeof sizes / sizeof sizes[0] };
