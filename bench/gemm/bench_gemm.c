@@ -19,11 +19,15 @@
  *
  *   cmake --build build --target bench_gemm
  *   build/bench/gemm/bench_gemm [--quick] [--shape MxNxK]... [--wgrad-shape NxKxM]...
- *                               [--warmup N] [--reps N] [--json FILE]
+ *                               [--warmup N] [--reps N] [--soak S] [--json FILE]
  *
  * --shape / --wgrad-shape replace the default shapes (wgrad: N x K over M
- * tokens). Exit code: 0; 1 when a cross-check fails (below 40 dB, or
- * non-finite) or CUDA breaks; 2 on a setup failure.
+ * tokens). --soak S: after the interleaved timing of a shape, each variant
+ * alone for S seconds (bench_time_soak), with the SM clock and board power
+ * read through NVML: every FP8 GEMM here holds an H200 at its 700 W limit,
+ * so each settles at its own clock, which call-by-call interleaving hides.
+ * Exit code: 0; 1 when a cross-check fails (below 40 dB, or non-finite) or
+ * CUDA breaks; 2 on a setup failure.
  */
 #include <cublasLt.h>
 #include <math.h>
@@ -59,6 +63,8 @@ typedef struct variant_result {
     char reason[640];    /* why not */
     bench_timing timing;
     double tflops;
+    bench_soak soak; /* --soak; soak.ok: measured */
+    double soak_tflops;
 } variant_result;
 
 typedef struct check_result {
@@ -131,6 +137,7 @@ typedef struct bench_env {
     cublasLtHandle_t lt;
     void *workspace;
     int warmup, reps;
+    double soak_seconds; /* --soak: 0 = none */
     bench_device_info device;
 } bench_env;
 
@@ -668,6 +675,21 @@ static int run_problem(bench_env *env, problem_result *r) {
         print_variant(v);
     }
     for (int i = 0; i < r->nchecks; ++i) print_check(&r->checks[i]);
+    for (int i = 0; i < r->nvariants && env->soak_seconds > 0.0; ++i) {
+        variant_result *v = &r->v[i];
+        if (!v->ran) continue;
+        v->soak = bench_time_soak(defs[i].fn, &p, p.sets, env->soak_seconds, stream, &env->device);
+        if (!v->soak.ok) {
+            printf("  soak %-16s failed\n", v->name);
+            continue;
+        }
+        v->soak_tflops = bench_tflops(flops, v->soak.ms_per_call);
+        printf("  soak %-16s %8.1f TFLOP/s alone for %.1f s", v->name, v->soak_tflops, v->soak.seconds);
+        if (v->soak.samples)
+            printf(", SM %4.0f MHz, %3.0f W: %.3f TFLOP/s per GHz", v->soak.sm_clock_mhz, v->soak.watts,
+                   1e3 * v->soak_tflops / v->soak.sm_clock_mhz);
+        printf("\n");
+    }
 
     lt_gemm_destroy(&p.lt_block);
     lt_gemm_destroy(&p.lt_tensor);
@@ -758,6 +780,40 @@ static void print_tables(const problem_result *results, int count) {
     printf("(bf16 for wgrad: f32 accumulate; ratios are speed ratios; dB columns: worst 128x128 tile)\n");
 }
 
+static double soak_of(const problem_result *r, const char *name, int what) {
+    const variant_result *v = find_variant(r, name);
+    if (!v || !v->ran || !v->soak.ok) return NAN;
+    if (what == 0) return v->soak_tflops;
+    return v->soak.samples ? v->soak.sm_clock_mhz : NAN;
+}
+
+/* --soak: each variant alone at its own steady-state clock. */
+static void print_soak_table(const problem_result *results, int count) {
+    printf("\n==== Steady state (--soak): TFLOP/s and SM MHz of each variant alone ====\n");
+    printf("%-23s %-14s %9s %7s %-14s %9s %7s %8s %8s\n", "shape", "blockfp8", "TFLOP/s", "MHz", "cuBLASLt",
+           "TFLOP/s", "MHz", "ratio", "per-clk");
+    for (int i = 0; i < count; ++i) {
+        const problem_result *r = &results[i];
+        if (r->skipped) continue;
+        const char *ours = r->wgrad ? "bfp8-1d1d-f32" : "bfp8-1d2d", *lt = r->wgrad ? "lt-1d1d" : "lt-1d2d";
+        char shape[64];
+        snprintf(shape, sizeof shape, r->wgrad ? "%lldx%lld/%lld" : "%lldx%lldx%lld", (long long)r->rows,
+                 (long long)r->cols, (long long)r->depth);
+        const double t0 = soak_of(r, ours, 0), c0 = soak_of(r, ours, 1), t1 = soak_of(r, lt, 0),
+                     c1 = soak_of(r, lt, 1);
+        printf("%-23s %-14s", shape, ours);
+        print_cell(t0, " %*.1f", 9);
+        print_cell(c0, " %*.0f", 7);
+        printf(" %-14s", lt);
+        print_cell(t1, " %*.1f", 9);
+        print_cell(c1, " %*.0f", 7);
+        print_cell(t0 / t1, " %*.3f", 8);
+        print_cell((t0 / c0) / (t1 / c1), " %*.3f", 8);
+        printf("\n");
+    }
+    printf("(ratio: blockfp8 over cuBLASLt, each at its own clock; per-clk: the same per MHz)\n");
+}
+
 static void write_json(const char *path, const bench_env *env, const bench_device_info *after,
                        const problem_result *results, int count, int failures, const char *aborted) {
     FILE *f = fopen(path, "w");
@@ -801,6 +857,17 @@ static void write_json(const char *path, const bench_env *env, const bench_devic
                 bench_json_number(f, v->timing.max_ms);
                 fprintf(f, ", \"reps\": %d, \"tflops\": ", v->timing.reps);
                 bench_json_number(f, v->tflops);
+                if (v->soak.ok) {
+                    fprintf(f, ", \"soak\": {\"seconds\": ");
+                    bench_json_number(f, v->soak.seconds);
+                    fprintf(f, ", \"tflops\": ");
+                    bench_json_number(f, v->soak_tflops);
+                    fprintf(f, ", \"sm_clock_mhz\": ");
+                    bench_json_number(f, v->soak.samples ? v->soak.sm_clock_mhz : NAN);
+                    fprintf(f, ", \"watts\": ");
+                    bench_json_number(f, v->soak.samples ? v->soak.watts : NAN);
+                    fprintf(f, "}");
+                }
             } else {
                 fprintf(f, "\"status\": \"n/a\", \"reason\": ");
                 bench_json_string(f, v->reason);
@@ -853,16 +920,18 @@ static void write_json(const char *path, const bench_env *env, const bench_devic
 static void usage(const char *program) {
     fprintf(stderr,
             "usage: %s [--quick] [--shape MxNxK]... [--wgrad-shape NxKxM]... [--warmup N] [--reps N]\n"
-            "          [--json FILE]\n"
+            "          [--soak SECONDS] [--json FILE]\n"
             "  --shape        a 1D2D shape: D[M,N] = A[M,K] B[N,K]^T (replaces the defaults)\n"
             "  --wgrad-shape  a wgrad shape: dW[N,K] over M tokens (replaces the defaults)\n"
-            "  --quick        the first shape of each kind, 3 warm-up and 20 timed calls\n",
+            "  --quick        the first shape of each kind, 3 warm-up and 20 timed calls\n"
+            "  --soak S       also each variant alone for S seconds (steady-state clock and power)\n",
             program);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int quick = 0, warmup = 5, reps = 30;
+    double soak = 0.0;
     const char *json_path = NULL;
     int64_t shapes[MAX_SHAPES][3], wgrad_shapes[MAX_SHAPES][3];
     int n_shapes = 0, n_wgrad = 0;
@@ -884,6 +953,10 @@ int main(int argc, char **argv) {
             ++i;
         } else if (strcmp(arg, "--reps") == 0 && value) {
             reps = atoi(value);
+            ++i;
+        } else if (strcmp(arg, "--soak") == 0 && value) {
+            soak = atof(value);
+            if (!(soak > 0.0 && soak <= 600.0)) usage(argv[0]);
             ++i;
         } else if (strcmp(arg, "--json") == 0 && value) {
             json_path = value;
@@ -912,6 +985,7 @@ int main(int argc, char **argv) {
     memset(&env, 0, sizeof env);
     env.warmup = warmup;
     env.reps = reps;
+    env.soak_seconds = soak;
     bench_device_info_read(0, &env.device);
     bench_device_info_print(stdout, &env.device);
     printf("warm-up %d, timed calls %d (median; the variants of a shape interleaved call by call), cross-check bar %.0f dB\n",
@@ -941,6 +1015,7 @@ int main(int argc, char **argv) {
     bench_device_info_refresh_clocks(&after);
 
     print_tables(results, count);
+    if (soak > 0.0) print_soak_table(results, count);
     if (after.sm_clock_mhz >= 0)
         printf("SM clock after the runs: %d MHz (max %d), %d C\n", after.sm_clock_mhz,
                after.max_sm_clock_mhz, after.temperature_c);

@@ -1,6 +1,7 @@
 /*
  * bench_util.c - see bench_util.h.
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
 #include "bench_util.h"
 
 #include <cublasLt.h>
@@ -9,6 +10,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 void bench_die(const char *fmt, ...) {
     va_list args;
@@ -206,6 +208,7 @@ typedef int (*nvml_init_fn)(void);
 typedef int (*nvml_handle_by_pci_fn)(const char *pci_bus_id, void **device);
 typedef int (*nvml_clock_fn)(void *device, int clock_type, unsigned int *mhz);
 typedef int (*nvml_temperature_fn)(void *device, int sensor, unsigned int *celsius);
+typedef int (*nvml_power_fn)(void *device, unsigned int *milliwatts);
 
 enum { NVML_SUCCESS = 0, NVML_CLOCK_SM = 1, NVML_TEMPERATURE_GPU = 0 };
 
@@ -215,6 +218,7 @@ static struct {
     nvml_handle_by_pci_fn handle_by_pci;
     nvml_clock_fn clock, max_clock;
     nvml_temperature_fn temperature;
+    nvml_power_fn power;
 } nvml;
 
 static int nvml_load(void) {
@@ -227,6 +231,7 @@ static int nvml_load(void) {
     nvml.clock = (nvml_clock_fn)dlsym(nvml.library, "nvmlDeviceGetClockInfo");
     nvml.max_clock = (nvml_clock_fn)dlsym(nvml.library, "nvmlDeviceGetMaxClockInfo");
     nvml.temperature = (nvml_temperature_fn)dlsym(nvml.library, "nvmlDeviceGetTemperature");
+    nvml.power = (nvml_power_fn)dlsym(nvml.library, "nvmlDeviceGetPowerUsage");
     if (!init || !nvml.handle_by_pci || !nvml.clock || !nvml.max_clock || init() != NVML_SUCCESS) {
         dlclose(nvml.library);
         nvml.library = NULL;
@@ -245,6 +250,68 @@ void bench_device_info_refresh_clocks(bench_device_info *info) {
     if (nvml.max_clock(device, NVML_CLOCK_SM, &value) == NVML_SUCCESS) info->max_sm_clock_mhz = (int)value;
     if (nvml.temperature && nvml.temperature(device, NVML_TEMPERATURE_GPU, &value) == NVML_SUCCESS)
         info->temperature_c = (int)value;
+}
+
+int bench_device_sample(const bench_device_info *info, double *sm_clock_mhz, double *watts) {
+    *sm_clock_mhz = *watts = -1.0;
+    void *device = NULL;
+    unsigned int mhz = 0, mw = 0;
+    if (!nvml_load() || !nvml.power || nvml.handle_by_pci(info->pci_bus_id, &device) != NVML_SUCCESS ||
+        nvml.clock(device, NVML_CLOCK_SM, &mhz) != NVML_SUCCESS || nvml.power(device, &mw) != NVML_SUCCESS)
+        return 0;
+    *sm_clock_mhz = (double)mhz;
+    *watts = 1e-3 * (double)mw;
+    return 1;
+}
+
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+bench_soak bench_time_soak(bench_call_fn fn, void *arg, int sets, double seconds, cudaStream_t stream,
+                           const bench_device_info *info) {
+    bench_soak r;
+    memset(&r, 0, sizeof r);
+    char reason[512];
+    const double settle = seconds / 4 < 0.5 ? seconds / 4 : 0.5;
+    enum { kBatch = 8 }; /* calls between two readings: a few ms of work */
+    long call = 0, counted = 0;
+    double clock_sum = 0.0, watts_sum = 0.0, t_measure = 0.0;
+    const double t0 = seconds_now();
+    for (;;) {
+        for (int i = 0; i < kBatch; ++i, ++call)
+            if (fn(arg, (int)(call % (sets > 0 ? sets : 1)), reason, sizeof reason) != 0) {
+                cudaStreamSynchronize(stream);
+                return r;
+            }
+        if (cudaStreamSynchronize(stream) != cudaSuccess) return r;
+        const double t = seconds_now();
+        if (t_measure == 0.0) {
+            if (t - t0 >= settle) t_measure = t; /* counting starts after this batch */
+            continue;
+        }
+        counted += kBatch;
+        double mhz, watts;
+        if (bench_device_sample(info, &mhz, &watts)) {
+            clock_sum += mhz;
+            watts_sum += watts;
+            ++r.samples;
+        }
+        if (t - t0 >= seconds) {
+            r.seconds = t - t_measure;
+            break;
+        }
+    }
+    r.ok = cudaGetLastError() == cudaSuccess;
+    r.calls = counted;
+    r.ms_per_call = 1e3 * r.seconds / (double)counted;
+    if (r.samples) {
+        r.sm_clock_mhz = clock_sum / r.samples;
+        r.watts = watts_sum / r.samples;
+    }
+    return r;
 }
 
 void bench_device_info_read(int device, bench_device_info *info) {

@@ -107,6 +107,30 @@ void bench_device_info_print(FILE *f, const bench_device_info *info);
 /* Writes "key": {...} (no trailing comma). */
 void bench_device_info_json(FILE *f, const char *key, const bench_device_info *info);
 
+/* The board now, from NVML: SM clock (MHz) and power draw (W). Returns 0
+ * (and -1 in both) where NVML cannot be read. */
+int bench_device_sample(const bench_device_info *info, double *sm_clock_mhz, double *watts);
+
+/* ------------------------------------------------------------------------ */
+/* Steady state                                                              */
+
+typedef struct bench_soak {
+    int ok;            /* 1: every call succeeded */
+    double seconds;    /* measured (after the settling part) */
+    long calls;        /* in those seconds */
+    double ms_per_call;
+    int samples;       /* board readings averaged below; 0: NVML unreadable */
+    double sm_clock_mhz, watts;
+} bench_soak;
+
+/* fn alone, back to back, for `seconds`: the first quarter (at most 0.5 s)
+ * lets the clock settle under its power draw, then calls are counted and
+ * the board is read after every batch. Steady-state figures, for kernels
+ * that hold the GPU at its power limit: their clock depends on the power
+ * each draws, which interleaved timing (bench_time_rounds) averages out. */
+bench_soak bench_time_soak(bench_call_fn fn, void *arg, int sets, double seconds, cudaStream_t stream,
+                           const bench_device_info *info);
+
 /* ------------------------------------------------------------------------ */
 /* Small pieces                                                              */
 
