@@ -4,6 +4,7 @@
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
  *                  [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]
+ *                  [--no-warm-l2] [--ab-warm-l2]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -32,6 +33,10 @@
  * stream: quantize_common.cuh, g_pdl). Timed with events between calls,
  * PDL changes nothing (an event record is not a kernel); in chains it saves
  * a launch's latency per call.
+ * --no-warm-l2: the first resident CTAs of a quantizer no longer ask for
+ * their tile in L2 before they wait for the previous kernel (g_warm_l2).
+ * --ab-warm-l2: after each timing, two more of each, warm-up off and on in
+ * turn, in the same process (same buffers), printed under the kernel's line.
  */
 #include <math.h>
 #include <stdio.h>
@@ -63,6 +68,8 @@ typedef struct result {
  * whether later CUDA quantize calls launch with programmatic dependent
  * launch (0 / 1); returns the previous setting. */
 extern int bfp8_cuda_quantize_set_pdl(int on);
+/* The same for the L2 warm-up of the first resident CTAs (quantize_common.cuh, g_warm_l2). */
+extern int bfp8_cuda_quantize_set_warm_l2(int on);
 enum { kMaxResults = 96 }; /* 5 kernels x 2 input types x the shapes given */
 static result results[kMaxResults];
 static int n_results = 0;
@@ -311,13 +318,15 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
 static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]\n"
-            "          [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]\n", prog);
+            "          [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]\n"
+            "          [--no-warm-l2] [--ab-warm-l2]\n", prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1;
     const char *json = NULL;
+    int ab_warm = 0;
     enum { kMaxShapes = 8 };
     int64_t shapes[2 * kMaxShapes][2]; /* activations, then weights */
     int is_weight[2 * kMaxShapes], n_given = 0, d_first = 0, d_last = 1;
@@ -331,6 +340,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--no-check") == 0) check = 0;
         else if (strcmp(a, "--chain") == 0) chain_timing = 1;
         else if (strcmp(a, "--no-pdl") == 0) bfp8_cuda_quantize_set_pdl(0);
+        else if (strcmp(a, "--no-warm-l2") == 0) bfp8_cuda_quantize_set_warm_l2(0);
+        else if (strcmp(a, "--ab-warm-l2") == 0) ab_warm = 1;
         else if ((strcmp(a, "--act") == 0 || strcmp(a, "--weight") == 0) && v) {
             long long r = 0, c = 0;
             char tail = 0;
@@ -364,10 +375,12 @@ int main(int argc, char **argv) {
     bench_device_info_print(stdout, &dev);
     const int pdl = bfp8_cuda_quantize_set_pdl(0);
     bfp8_cuda_quantize_set_pdl(pdl);
-    printf("timing: %s; quantizers launched %s programmatic dependent launch\n",
+    const int warm_l2 = bfp8_cuda_quantize_set_warm_l2(0);
+    bfp8_cuda_quantize_set_warm_l2(warm_l2);
+    printf("timing: %s; quantizers launched %s programmatic dependent launch, L2 warm-up %s\n",
            chain_timing ? "chains of calls with nothing between them (median of 7 chains)"
                         : "an event between calls (median call)",
-           pdl ? "with" : "without");
+           pdl ? "with" : "without", warm_l2 ? "on" : "off");
 
     /* The ceiling: a device-to-device copy of 1 GiB (and 256 MiB, for reference). */
     bench_timing copy_t, copy_small_t;
@@ -436,6 +449,18 @@ int main(int argc, char **argv) {
                        r->t.median_ms * 1e3, r->gbps, r->pct_copy,
                        r->check_errors > 0 ? "  << CHECK FAILED" : r->check_errors == 0 ? "  (checked)" : "");
                 if (!r->t.ok) printf("    %s\n", r->t.reason);
+                if (ab_warm && r->t.ok) { /* off, on, off, on: the same buffers, one process */
+                    double pct[2][2];
+                    for (int k = 0; k < 4; ++k) {
+                        bfp8_cuda_quantize_set_warm_l2(k % 2);
+                        const bench_timing t = time_calls(call_quantize, &w, kSets, warmup, reps);
+                        pct[k % 2][k / 2] =
+                            t.ok ? 100.0 * (r->bytes_read + r->bytes_written) / (t.median_ms * 1e6) / copy_gbps : NAN;
+                    }
+                    bfp8_cuda_quantize_set_warm_l2(warm_l2);
+                    printf("    L2 warm-up A/B, %% of copy: off %.1f / %.1f, on %.1f / %.1f\n", pct[0][0], pct[0][1],
+                           pct[1][0], pct[1][1]);
+                }
             }
             workload_free(&w);
         }

@@ -104,6 +104,11 @@ __device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap *map) 
     asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
+/* Fetch the 128-byte line holding `p` into L2: a hint. */
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p) : "memory");
+}
+
 /* Box at (c0 = inner coordinate, c1) of `map` into shared memory; completion
  * is counted in bytes on `bar`. */
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0,

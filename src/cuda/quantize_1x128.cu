@@ -36,3 +36,11 @@ extern "C" int bfp8_cuda_quantize_set_pdl(int on) {
     return g_pdl.exchange(on);
 }
 
+/* Benchmark hook, likewise: on (1) or off (0), whether the first resident
+ * CTAs of later launches ask for their tile in L2 before they wait for the
+ * previous kernel. Returns the previous setting, or -1 for another value. */
+extern "C" int bfp8_cuda_quantize_set_warm_l2(int on) {
+    if (on != 0 && on != 1) return -1;
+    return g_warm_l2.exchange(on);
+}
+

@@ -51,6 +51,7 @@ namespace bfp8_quant {
 
 constexpr int kTile = 128;
 constexpr int kThreads = 256;
+constexpr int kWarmRows = 64; /* rows of its tile a CTA of the first wave asks L2 for before griddep_wait */
 constexpr int kScratchBytes = kTile * kTile; /* partial maxima, then the transposed codes */
 constexpr int kMultBytes = 2 * kTile * (int)sizeof(float);
 
@@ -70,6 +71,7 @@ struct tile_args {
     uint32_t *nonfinite_flag;
     int pow2;
     int64_t col_tiles, num_tiles;
+    int64_t warm_ctas; /* CTAs below this (the first resident ones) ask L2 for kWarmRows rows of their tile */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -103,6 +105,7 @@ __device__ __forceinline__ void tma_load_tile(void *dst, const CUtensorMap *map,
 }
 __device__ __forceinline__ void fence_async_shared() { bfp8_sm90::fence_proxy_async_shared(); }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap *map) { bfp8_sm90::tma_prefetch_descriptor(map); }
+__device__ __forceinline__ void prefetch_line_l2(const void *p) { bfp8_sm90::prefetch_l2(p); }
 __device__ __forceinline__ void griddep_wait() { bfp8_sm90::griddep_wait(); }
 __device__ __forceinline__ void griddep_launch_dependents() { bfp8_sm90::griddep_launch_dependents(); }
 
@@ -670,6 +673,20 @@ __global__ void __launch_bounds__(kThreads, kernel_shape<In>::kMinBlocks)
         }
         __syncthreads();
     }
+    /* The first resident CTAs ask for the first kWarmRows rows of their
+     * tile in L2 while the previous grid drains (launched behind it, g_pdl),
+     * when DRAM has time to spare (396 CTAs x 64 rows of bf16: 6.5 MB on an
+     * H200; 32 and 128 rows measured worse). Only a hint, so safe
+     * before griddep_wait: L2 is where the previous grid's writes of x land,
+     * and the loads below read x there. */
+    if (blockIdx.x < a.warm_ctas) {
+        const tile_pos p = tile_at(a, blockIdx.x);
+        constexpr int kLines = kTile * (int)sizeof(In) / 128; /* 128-byte lines of a whole tile row */
+        const int64_t row_bytes = (int64_t)p.nc * (int64_t)sizeof(In), x_ld_bytes = a.x_ld * (int64_t)sizeof(In);
+        const uint8_t *x0 = static_cast<const uint8_t *>(a.x) + p.r0 * x_ld_bytes + p.c0 * (int64_t)sizeof(In);
+        for (int i = (int)threadIdx.x; i < min(p.nr, kWarmRows) * kLines; i += kThreads)
+            if ((i % kLines) * 128 < row_bytes) prefetch_line_l2(x0 + (i / kLines) * x_ld_bytes + (i % kLines) * 128);
+    }
     /* launched behind another kernel (g_pdl): its outputs may be our x, and
      * it may still read what we are about to overwrite */
     griddep_wait();
@@ -752,6 +769,15 @@ static inline tile_args make_tile_args(const bfp8_matrix *x, const bfp8_qmatrix 
  * changes it. H200, chains of calls (bench/results/2026-12-01_quantize_h200_
  * s9_pdl.txt): 2-3 us less a call on the issue's shapes. */
 inline std::atomic<int> g_pdl{1};
+/* Whether the first resident CTAs ask for kWarmRows rows of their tile in
+ * L2 before griddep_wait. On by default; only bfp8_cuda_quantize_set_warm_l2
+ * (quantize_1x128.cu) changes it. H200, in one process (bench/results/
+ * 2026-12-01_quantize_h200_s13_warm_l2.txt): chained calls, bf16 dual
+ * 16384x4096 89.5-89.7 -> 90.5-90.8% of the copy, W+W^T 89.1-89.3 ->
+ * 90.3-90.5%; calls with an event between them (no previous grid to
+ * overlap) 0.3-0.9 points slower. 32 rows gained less, 128 rows less again
+ * and cost more without overlap. */
+inline std::atomic<int> g_warm_l2{1};
 
 /* Launch quantize_tiles_kernel on ctx's stream, a CTA per tile. The shared
  * memory attribute is set (and the kernel's fit checked) once per device. */
@@ -760,17 +786,19 @@ bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, cons
     auto kernel = quantize_tiles_kernel<In, kBlock, kQ, kT, kAligned>;
     const int smem = kernel_shape<In>::kSmemBytes;
     constexpr int kCachedDevices = 64;
-    static std::atomic<int> ready[kCachedDevices]; /* 1: attribute set and the kernel fits */
+    static std::atomic<int> resident[kCachedDevices]; /* CTAs per SM, once the attribute is set (0: not yet) */
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
     const bool cacheable = ctx->device >= 0 && ctx->device < kCachedDevices;
-    if (!cacheable || !ready[ctx->device].load(std::memory_order_acquire)) {
-        int per_sm = 0;
+    int per_sm = cacheable ? resident[ctx->device].load(std::memory_order_acquire) : 0;
+    if (per_sm == 0) {
         BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         BFP8_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
         if (per_sm < 1)
             return bfp8_fail(BFP8_ERR_CUDA, "%s: the quantize kernel does not fit on the device", fn);
-        if (cacheable) ready[ctx->device].store(1, std::memory_order_release);
+        if (cacheable) resident[ctx->device].store(per_sm, std::memory_order_release);
     }
+    tile_args warmed = args; /* the CTAs of the first wave warm L2 */
+    warmed.warm_ctas = g_warm_l2.load(std::memory_order_relaxed) ? (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms : 0;
     CUtensorMap tmap_x = {}; /* TMA staging: x in boxes of one tile */
     if constexpr (kernel_shape<In>::kTmaLoads && kAligned)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,
@@ -788,7 +816,7 @@ bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, cons
         config.attrs = pdl;
         config.numAttrs = 1;
     }
-    BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, args, tmap_x));
+    BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, warmed, tmap_x));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
