@@ -33,10 +33,11 @@
  * stream: quantize_common.cuh, g_pdl). Timed with events between calls,
  * PDL changes nothing (an event record is not a kernel); in chains it saves
  * a launch's latency per call.
- * --no-warm-l2: the first resident CTAs of a quantizer no longer ask for
- * their tile in L2 before they wait for the previous kernel (g_warm_l2).
- * --ab-warm-l2: after each timing, two more of each, warm-up off and on in
- * turn, in the same process (same buffers), printed under the kernel's line.
+ * --no-warm-l2: the first resident CTAs of a quantizer no longer ask L2 for
+ * 64 rows of their tile before they wait for the previous kernel (g_warm_l2).
+ * --ab-warm-l2: after each timing, four more of the same kernel, warm-up
+ * off, on, off, on, in the same process (same buffers), printed as % of the
+ * copy under the kernel's line.
  */
 #include <math.h>
 #include <stdio.h>
