@@ -75,6 +75,9 @@ enum { kMaxResults = 96 }; /* 5 kernels x 2 input types x the shapes given */
 static result results[kMaxResults];
 static int n_results = 0;
 
+/* GB/s of a call of r's kernel that took ms: the bytes it must move over its time. */
+static double gbps_of(const result *r, double ms) { return (r->bytes_read + r->bytes_written) / (ms * 1e-3) / 1e9; }
+
 static bfp8_context *gpu, *cpu;
 static cudaStream_t stream;
 static int chain_timing; /* --chain */
@@ -436,7 +439,7 @@ int main(int argc, char **argv) {
                 }
                 r->t = time_calls(call_quantize, &w, kSets, warmup, reps);
                 if (r->t.ok) {
-                    r->gbps = (r->bytes_read + r->bytes_written) / (r->t.median_ms * 1e-3) / 1e9;
+                    r->gbps = gbps_of(r, r->t.median_ms);
                     r->pct_copy = 100.0 * r->gbps / copy_gbps;
                 }
                 if (check && r->t.ok) {
@@ -456,7 +459,7 @@ int main(int argc, char **argv) {
                         bfp8_cuda_quantize_set_warm_l2(k % 2);
                         const bench_timing t = time_calls(call_quantize, &w, kSets, warmup, reps);
                         pct[k % 2][k / 2] =
-                            t.ok ? 100.0 * (r->bytes_read + r->bytes_written) / (t.median_ms * 1e6) / copy_gbps : NAN;
+                            t.ok ? 100.0 * gbps_of(r, t.median_ms) / copy_gbps : NAN;
                     }
                     bfp8_cuda_quantize_set_warm_l2(warm_l2);
                     printf("    L2 warm-up A/B, %% of copy: off %.1f / %.1f, on %.1f / %.1f\n", pct[0][0], pct[0][1],

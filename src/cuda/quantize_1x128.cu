@@ -37,10 +37,9 @@ extern "C" int bfp8_cuda_quantize_set_pdl(int on) {
 }
 
 /* Benchmark hook, likewise: on (1) or off (0), whether the first resident
- * CTAs of later launches ask for their tile in L2 before they wait for the
- * previous kernel. Returns the previous setting, or -1 for another value. */
+ * CTAs of later launches ask L2 for kWarmRows rows of their tile before they
+ * wait for the previous kernel. Returns the previous setting, or -1 for another value. */
 extern "C" int bfp8_cuda_quantize_set_warm_l2(int on) {
     if (on != 0 && on != 1) return -1;
     return g_warm_l2.exchange(on);
 }
-

@@ -472,12 +472,15 @@ __device__ __forceinline__ int finish_group(PartAt part_at, int pow2, float &mul
  *     the codes; 4 bf16 CTAs per SM (spills) or 2 (3 points slower); L2
  *     prefetch of a later tile (worse); persistent CTAs claiming tiles from
  *     a counter with the next load issued as soon as the stage is read (1-1.5
- *     points slower) (..._not_kept.patch / .txt files of 2026-11-30 and
- *     2026-12-01).
+ *     points slower); tile bands again, x^T lines demoted from evict-last
+ *     in groups, evict-first loads of x (session 13) (..._not_kept.patch /
+ *     .txt files of 2026-11-30 and 2026-12-01).
+ *   - the L2 warm-up before griddep_wait (session 13): about a point on the
+ *     smaller shapes, chained.
  * What is left between bf16 dual and the copy: the x^T layout, whose
  * 128-byte pieces land in 128 rows per tile (probe_bandwidth moves the same
- * bytes without quantizing at the same speed), and ~2.6 us per call that a
- * chained cudaMemcpy of the same size pays too.
+ * bytes without quantizing at the same speed), and what remains of the
+ * ~2.6 us per call that a chained cudaMemcpy of the same size pays too.
  */
 template <typename In> struct kernel_shape {
     /* the CTAs per SM the registers are capped for */
