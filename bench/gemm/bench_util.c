@@ -92,6 +92,13 @@ bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int r
     return t;
 }
 
+void bench_sleep_ms(int ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) { /* interrupted: sleep the rest */
+    }
+}
+
 bench_timing bench_time_chain(bench_call_fn fn, void *arg, int sets, int warmup, int reps, int chains,
                               cudaStream_t stream) {
     bench_timing t;

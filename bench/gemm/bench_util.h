@@ -64,6 +64,9 @@ bench_timing bench_time(bench_call_fn fn, void *arg, int sets, int warmup, int r
 bench_timing bench_time_chain(bench_call_fn fn, void *arg, int sets, int warmup, int reps, int chains,
                               cudaStream_t stream);
 
+/* Sleeps ms milliseconds (the host only; the GPU is left idle). */
+void bench_sleep_ms(int ms);
+
 /* bench_time for n contenders at once, in rounds: every round runs one call
  * of each, the order rotating from round to round, so the clock drift of a
  * long run (an H200 power-throttles from 1980 to ~1600 MHz within seconds of

@@ -4,7 +4,7 @@
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
  *                  [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]
- *                  [--no-warm-l2] [--ab-warm-l2]
+ *                  [--no-warm-l2] [--ab-warm-l2] [--settle-ms N]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -38,6 +38,12 @@
  * --ab-warm-l2: after each timing, four more of the same kernel, warm-up
  * off, on, off, on, in the same process (same buffers), printed as % of the
  * copy under the kernel's line.
+ * --settle-ms N: the GPU idles N ms (default 300; 0: none) after a
+ * workload's buffers are allocated and filled, before its first timing.
+ * Right after GiB-sized buffers are freed and others allocated, the first
+ * ~10 ms of kernels run up to 9% slower (session 14: W+W^T's first chains
+ * at 67 us a call, then 61; bench/results/2026-12-01_quantize_h200_s14_
+ * settle.txt), which a short kernel's whole timing can fall into.
  */
 #include <math.h>
 #include <stdio.h>
@@ -323,14 +329,14 @@ static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]\n"
             "          [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]\n"
-            "          [--no-warm-l2] [--ab-warm-l2]\n", prog);
+            "          [--no-warm-l2] [--ab-warm-l2] [--settle-ms N]\n", prog);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1;
     const char *json = NULL;
-    int ab_warm = 0;
+    int ab_warm = 0, settle_ms = 300;
     enum { kMaxShapes = 8 };
     int64_t shapes[2 * kMaxShapes][2]; /* activations, then weights */
     int is_weight[2 * kMaxShapes], n_given = 0, d_first = 0, d_last = 1;
@@ -346,6 +352,7 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--no-pdl") == 0) bfp8_cuda_quantize_set_pdl(0);
         else if (strcmp(a, "--no-warm-l2") == 0) bfp8_cuda_quantize_set_warm_l2(0);
         else if (strcmp(a, "--ab-warm-l2") == 0) ab_warm = 1;
+        else if (strcmp(a, "--settle-ms") == 0 && v) { settle_ms = atoi(v); ++i; }
         else if ((strcmp(a, "--act") == 0 || strcmp(a, "--weight") == 0) && v) {
             long long r = 0, c = 0;
             char tail = 0;
@@ -381,10 +388,11 @@ int main(int argc, char **argv) {
     bfp8_cuda_quantize_set_pdl(pdl);
     const int warm_l2 = bfp8_cuda_quantize_set_warm_l2(0);
     bfp8_cuda_quantize_set_warm_l2(warm_l2);
-    printf("timing: %s; quantizers launched %s programmatic dependent launch, L2 warm-up %s\n",
+    printf("timing: %s; quantizers launched %s programmatic dependent launch, L2 warm-up %s; "
+           "%d ms idle after each workload's allocation\n",
            chain_timing ? "chains of calls with nothing between them (median of 7 chains)"
                         : "an event between calls (median call)",
-           pdl ? "with" : "without", warm_l2 ? "on" : "off");
+           pdl ? "with" : "without", warm_l2 ? "on" : "off", settle_ms);
 
     /* The ceiling: a device-to-device copy of 1 GiB (and 256 MiB, for reference). */
     bench_timing copy_t, copy_small_t;
@@ -420,6 +428,10 @@ int main(int argc, char **argv) {
         for (int d = d_first; d <= d_last; ++d) {
             workload w;
             workload_init(&w, dtypes[d], R, C, block, seed++);
+            if (!profile) { /* let the allocations' aftermath pass (see --settle-ms) */
+                BENCH_CUDA_OR_DIE(cudaStreamSynchronize(stream));
+                bench_sleep_ms(settle_ms);
+            }
             const int m0 = block ? MODE_W_WT : MODE_DUAL, m1 = block ? MODE_W : MODE_COLS;
             for (int mode = m0; mode <= m1; ++mode) {
                 w.mode = mode;
@@ -500,7 +512,8 @@ int main(int argc, char **argv) {
         bench_json_number(f, copy_gbps);
         fprintf(f, ", \"gbps_256mib\": ");
         bench_json_number(f, copy_small_gbps);
-        fprintf(f, "},\n  \"warmup\": %d, \"reps\": %d, \"sets\": %d,\n  \"results\": [\n", warmup, reps, kSets);
+        fprintf(f, "},\n  \"warmup\": %d, \"reps\": %d, \"sets\": %d, \"settle_ms\": %d,\n  \"results\": [\n", warmup,
+                reps, kSets, settle_ms);
         for (int i = 0; i < n_results; ++i) {
             const result *r = &results[i];
             fprintf(f, "    {\"kernel\": ");

@@ -5,7 +5,8 @@
 #   1. compute-sanitizer memcheck: gpu_quantize --small, gpu_convert --small
 #      racecheck + synccheck:      gpu_quantize --race
 #   2. gpu_quantize, gpu_convert, gpu_quantize_formats (full)
-#   3. bench_quantize --json (alone on the GPU, after everything else)
+#   3. bench_quantize --chain --json (alone on the GPU, after everything else;
+#      chained calls, as in a training step: the figures the bar is read on)
 #
 # Steps 1 and 2 run as three parallel lanes (their time is mostly CPU-side
 # reference work and checks); the benchmark runs alone afterwards. Every step
@@ -108,7 +109,7 @@ lane3=$!
 wait $lane1 $lane2 $lane3
 
 # The benchmark, alone on the GPU.
-step bench_quantize 300 "$bdir/bench_quantize" --json "$out/bench_quantize.json"
+step bench_quantize 300 "$bdir/bench_quantize" --chain --json "$out/bench_quantize.json"
 cp "$logs/bench_quantize.log" "$out/bench_quantize.log"
 
 # The ends of the sanitizer logs (their summaries), in one file.
