@@ -39,7 +39,8 @@
  * off, on, off, on, in the same process (same buffers), printed as % of the
  * copy under the kernel's line.
  * --settle-ms N: the GPU idles N ms (default 300; 0: none) after a
- * workload's buffers are allocated and filled, before its first timing.
+ * workload's (or the copy's) buffers are allocated and filled, before they
+ * are timed.
  * Right after GiB-sized buffers are freed and others allocated, the first
  * ~10 ms of kernels run up to 9% slower (session 14: W+W^T's first chains
  * at 67 us a call, then 61; bench/results/2026-12-01_quantize_h200_s14_
@@ -87,6 +88,7 @@ static double gbps_of(const result *r, double ms) { return (r->bytes_read + r->b
 static bfp8_context *gpu, *cpu;
 static cudaStream_t stream;
 static int chain_timing; /* --chain */
+static int settle_ms = 300; /* --settle-ms */
 enum { kChains = 7 };
 
 static bench_timing time_calls(bench_call_fn fn, void *arg, int sets, int warmup, int reps) {
@@ -309,6 +311,13 @@ static int call_copy(void *arg, int set, char *reason, size_t reason_size) {
     return 0;
 }
 
+/* After buffers were allocated and filled: drain the stream and let the GPU
+ * idle settle_ms, so that no timing starts inside the allocations' aftermath. */
+static void settle_after_allocation(void) {
+    BENCH_CUDA_OR_DIE(cudaStreamSynchronize(stream));
+    bench_sleep_ms(settle_ms);
+}
+
 static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out) {
     copy_arg c = {NULL, NULL, bytes};
     BENCH_CUDA_OR_DIE(cudaMalloc(&c.src, bytes));
@@ -316,6 +325,7 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
     BENCH_CUDA_OR_DIE(bench_fill_normal(c.src, BFP8_F32, 1, (int64_t)(bytes / 4), (int64_t)(bytes / 4),
                                         1.0f, 99, stream));
     BENCH_CUDA_OR_DIE(cudaMemsetAsync(c.dst, 0x5a, bytes, stream));
+    settle_after_allocation();
     *out = time_calls(call_copy, &c, 1, warmup, reps);
     BENCH_CUDA_OR_DIE(cudaFree(c.src));
     BENCH_CUDA_OR_DIE(cudaFree(c.dst));
@@ -336,7 +346,7 @@ static void usage(const char *prog) {
 int main(int argc, char **argv) {
     int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1;
     const char *json = NULL;
-    int ab_warm = 0, settle_ms = 300;
+    int ab_warm = 0;
     enum { kMaxShapes = 8 };
     int64_t shapes[2 * kMaxShapes][2]; /* activations, then weights */
     int is_weight[2 * kMaxShapes], n_given = 0, d_first = 0, d_last = 1;
@@ -352,7 +362,11 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--no-pdl") == 0) bfp8_cuda_quantize_set_pdl(0);
         else if (strcmp(a, "--no-warm-l2") == 0) bfp8_cuda_quantize_set_warm_l2(0);
         else if (strcmp(a, "--ab-warm-l2") == 0) ab_warm = 1;
-        else if (strcmp(a, "--settle-ms") == 0 && v) { settle_ms = atoi(v); ++i; }
+        else if (strcmp(a, "--settle-ms") == 0 && v) {
+            settle_ms = atoi(v);
+            if (settle_ms < 0) usage(argv[0]);
+            ++i;
+        }
         else if ((strcmp(a, "--act") == 0 || strcmp(a, "--weight") == 0) && v) {
             long long r = 0, c = 0;
             char tail = 0;
@@ -389,7 +403,7 @@ int main(int argc, char **argv) {
     const int warm_l2 = bfp8_cuda_quantize_set_warm_l2(0);
     bfp8_cuda_quantize_set_warm_l2(warm_l2);
     printf("timing: %s; quantizers launched %s programmatic dependent launch, L2 warm-up %s; "
-           "%d ms idle after each workload's allocation\n",
+           "%d ms idle after each allocation\n",
            chain_timing ? "chains of calls with nothing between them (median of 7 chains)"
                         : "an event between calls (median call)",
            pdl ? "with" : "without", warm_l2 ? "on" : "off", settle_ms);
@@ -428,10 +442,7 @@ int main(int argc, char **argv) {
         for (int d = d_first; d <= d_last; ++d) {
             workload w;
             workload_init(&w, dtypes[d], R, C, block, seed++);
-            if (!profile) { /* let the allocations' aftermath pass (see --settle-ms) */
-                BENCH_CUDA_OR_DIE(cudaStreamSynchronize(stream));
-                bench_sleep_ms(settle_ms);
-            }
+            settle_after_allocation();
             const int m0 = block ? MODE_W_WT : MODE_DUAL, m1 = block ? MODE_W : MODE_COLS;
             for (int mode = m0; mode <= m1; ++mode) {
                 w.mode = mode;
