@@ -39,8 +39,7 @@
  * off, on, off, on, in the same process (same buffers), printed as % of the
  * copy under the kernel's line.
  * --settle-ms N: the GPU idles N ms (default 300; 0: none) after a
- * workload's (or the copy's) buffers are allocated and filled, before they
- * are timed.
+ * workload's buffers are allocated and filled, before they are timed.
  * Right after GiB-sized buffers are freed and others allocated, the first
  * ~10 ms of kernels run up to 9% slower (session 14: W+W^T's first chains
  * at 67 us a call, then 61; bench/results/2026-12-01_quantize_h200_s14_
@@ -311,8 +310,9 @@ static int call_copy(void *arg, int set, char *reason, size_t reason_size) {
     return 0;
 }
 
-/* After buffers were allocated and filled: drain the stream and let the GPU
- * idle settle_ms, so that no timing starts inside the allocations' aftermath. */
+/* After a workload's buffers were allocated and filled: drain the stream and
+ * let the GPU idle settle_ms, so that no timing starts inside the
+ * allocations' aftermath. */
 static void settle_after_allocation(void) {
     BENCH_CUDA_OR_DIE(cudaStreamSynchronize(stream));
     bench_sleep_ms(settle_ms);
@@ -325,7 +325,8 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
     BENCH_CUDA_OR_DIE(bench_fill_normal(c.src, BFP8_F32, 1, (int64_t)(bytes / 4), (int64_t)(bytes / 4),
                                         1.0f, 99, stream));
     BENCH_CUDA_OR_DIE(cudaMemsetAsync(c.dst, 0x5a, bytes, stream));
-    settle_after_allocation();
+    /* (not settled: its chains are flat right after the allocation, and settled it read
+     * 0.6% lower in S14-11, which would flatter every kernel's percentage) */
     *out = time_calls(call_copy, &c, 1, warmup, reps);
     BENCH_CUDA_OR_DIE(cudaFree(c.src));
     BENCH_CUDA_OR_DIE(cudaFree(c.dst));
@@ -403,7 +404,7 @@ int main(int argc, char **argv) {
     const int warm_l2 = bfp8_cuda_quantize_set_warm_l2(0);
     bfp8_cuda_quantize_set_warm_l2(warm_l2);
     printf("timing: %s; quantizers launched %s programmatic dependent launch, L2 warm-up %s; "
-           "%d ms idle after each allocation\n",
+           "%d ms idle after each workload's allocation\n",
            chain_timing ? "chains of calls with nothing between them (median of 7 chains)"
                         : "an event between calls (median call)",
            pdl ? "with" : "without", warm_l2 ? "on" : "off", settle_ms);
