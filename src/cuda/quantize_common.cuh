@@ -473,8 +473,10 @@ __device__ __forceinline__ int finish_group(PartAt part_at, int pow2, float &mul
  *     prefetch of a later tile (worse); persistent CTAs claiming tiles from
  *     a counter with the next load issued as soon as the stage is read (1-1.5
  *     points slower); tile bands again, x^T lines demoted from evict-last
- *     in groups, evict-first loads of x (session 13) (..._not_kept.patch /
- *     .txt files of 2026-11-30 and 2026-12-01).
+ *     in groups, evict-first loads of x (session 13); 4 CTAs per SM, each
+ *     thread re-reading its block's rows from the stage to fit 64 registers
+ *     (session 15: the same speed as 3) (..._not_kept.patch / .txt files of
+ *     2026-11-30 and 2026-12-01).
  *   - the L2 warm-up before griddep_wait (session 13): about a point on the
  *     smaller shapes, chained.
  * What is left between bf16 dual and the copy: the x^T layout, whose
