@@ -383,11 +383,13 @@ class Linear:
 
     @staticmethod
     def _contiguous(x, what, dtype_code, shape):
+        """x's data pointer; dtype_code None: bf16 or f32, whichever x is."""
         if tuple(x.shape) != shape:
             raise ValueError("blockfp8: %s has shape %s, expected %s" % (what, tuple(x.shape), shape))
         m = _matrix(x, what)
-        if m.dtype != dtype_code or (m.rows > 1 and m.ld != m.cols):
-            raise ValueError("blockfp8: %s must be contiguous %s" % (what, "f32" if dtype_code == _ffi.F32 else "bf16"))
+        if (dtype_code is not None and m.dtype != dtype_code) or (m.rows > 1 and m.ld != m.cols):
+            expected = {None: "bf16 or f32", _ffi.F32: "f32", _ffi.BF16: "bf16"}[dtype_code]
+            raise ValueError("blockfp8: %s must be contiguous %s" % (what, expected))
         return m.data
 
     def set_weight(self, w):
@@ -398,33 +400,39 @@ class Linear:
         _check(_library().bfp8_linear_set_weight(self._handle, C.c_void_p(ptr)))
 
     def forward(self, x):
-        """y = x W^T for x: tokens x in (bf16, contiguous) -> tokens x out (bf16)."""
+        """y = x W^T for x: tokens x in (contiguous) -> tokens x out, of x's
+        dtype: bf16, or f32 (fp8-blockwise only: quantized from f32 as it is,
+        y written in f32, nothing rounded to bf16 on the way)."""
         self._prepare(x)
         tokens = int(x.shape[0])
-        ptr = self._contiguous(x, "x", _ffi.BF16, (tokens, self.in_features))
-        y = _empty(x, (tokens, self.out_features), "bf16")
-        _check(_library().bfp8_linear_forward(self._handle, C.c_void_p(ptr), tokens, C.c_void_p(_pointer(y))))
+        ptr = self._contiguous(x, "x", None, (tokens, self.in_features))
+        f32 = _dtype_code(x) == _ffi.F32
+        y = _empty(x, (tokens, self.out_features), "f32" if f32 else "bf16")
+        forward = _library().bfp8_linear_forward_f32 if f32 else _library().bfp8_linear_forward
+        _check(forward(self._handle, C.c_void_p(ptr), tokens, C.c_void_p(_pointer(y))))
         self._kept = x  # the bf16 recipes read x again in backward
         return y
 
     def backward(self, dy, dw=None, accumulate=False, need_dx=True):
-        """Of the last forward: returns (dx, dw). dx = dy W (bf16, None unless
-        need_dx); dw = dy^T x (f32, out x in): stored into dw, or added to it
-        when accumulate, or a new array when dw is None."""
+        """Of the last forward: returns (dx, dw). dx = dy W (dy's dtype, bf16
+        or f32 (fp8-blockwise only; forward and backward may differ), None
+        unless need_dx); dw = dy^T x (f32, out x in): stored into dw, or added
+        to it when accumulate, or a new array when dw is None."""
         self._prepare(dy)
         if self._kept is None:
             raise Error("BFP8_ERR_INVALID_VALUE", "backward without a forward")
         tokens = int(self._kept.shape[0])
-        ptr = self._contiguous(dy, "dy", _ffi.BF16, (tokens, self.out_features))
+        ptr = self._contiguous(dy, "dy", None, (tokens, self.out_features))
+        f32 = _dtype_code(dy) == _ffi.F32
         if dw is None:
             if accumulate:
                 raise ValueError("blockfp8: backward(accumulate=True) needs dw")
             dw = _empty(dy, (self.out_features, self.in_features), "f32")
         dw_ptr = self._contiguous(dw, "dw", _ffi.F32, (self.out_features, self.in_features))
-        dx = _empty(dy, (tokens, self.in_features), "bf16") if need_dx else None
-        _check(_library().bfp8_linear_backward(self._handle, C.c_void_p(ptr),
-                                               C.c_void_p(_pointer(dx)) if dx is not None else None,
-                                               C.c_void_p(dw_ptr), 1 if accumulate else 0))
+        dx = _empty(dy, (tokens, self.in_features), "f32" if f32 else "bf16") if need_dx else None
+        backward = _library().bfp8_linear_backward_f32 if f32 else _library().bfp8_linear_backward
+        _check(backward(self._handle, C.c_void_p(ptr), C.c_void_p(_pointer(dx)) if dx is not None else None,
+                        C.c_void_p(dw_ptr), 1 if accumulate else 0))
         return dx, dw
 
     def __del__(self):

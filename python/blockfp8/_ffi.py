@@ -71,6 +71,8 @@ _SIGNATURES = {
     "bfp8_linear_set_weight": (C.c_int, [_P, _P]),
     "bfp8_linear_forward": (C.c_int, [_P, _P, C.c_int64, _P]),
     "bfp8_linear_backward": (C.c_int, [_P, _P, _P, _P, C.c_int]),
+    "bfp8_linear_forward_f32": (C.c_int, [_P, _P, C.c_int64, _P]),
+    "bfp8_linear_backward_f32": (C.c_int, [_P, _P, _P, _P, C.c_int]),
 }
 
 

@@ -5,8 +5,8 @@
     y = layer(x)          # x: (..., 4096), any float dtype; y: bf16
     y.sum().backward()    # dx (bf16) and weight.grad (the weight's dtype)
 
-Forward quantizes x 1x128 (both layouts, one read) and W 128x128 (W and W^T,
-one read) and runs y = x W^T as a 1D2D GEMM; backward quantizes dy (both
+Forward quantizes x 1x128 (both layouts, one read; f32 and bf16 as they are,
+other dtypes through bf16) and W 128x128 (W and W^T, one read) and runs y = x W^T as a 1D2D GEMM; backward quantizes dy (both
 layouts) and runs dx = dy W (1D2D) and dW = dy^T x (1D1D): all three GEMMs in
 FP8 (recipe "fp8-blockwise"), or dW in bf16 with torch (recipe
 "fp8-blockwise-bf16wgrad"). Every 128-wide k-block is promoted into fp32
@@ -31,6 +31,16 @@ __all__ = ["Float8BlockwiseLinear", "Float8BlockwiseGroupedLinear", "float8_bloc
 _RECIPES = ("fp8-blockwise", "fp8-blockwise-bf16wgrad")
 
 
+def _quantizer_input(t, features):
+    """t as the contiguous 2-D matrix the quantizers read: f32 and bf16 as
+    they are (the quantizers read either; no rounding to bf16 first), any
+    other float dtype converted to bf16."""
+    t = t.reshape(-1, features)
+    if t.dtype not in (torch.float32, torch.bfloat16):
+        t = t.to(torch.bfloat16)
+    return t.contiguous()
+
+
 class _Float8BlockwiseLinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, recipe, pow2_scales, flags):
@@ -38,7 +48,7 @@ class _Float8BlockwiseLinearFunction(torch.autograd.Function):
         if x.shape[-1] != in_features:
             raise ValueError("blockfp8: input has %d features, the weight %d" % (x.shape[-1], in_features))
         lead = x.shape[:-1]
-        x2 = x.reshape(-1, in_features).to(torch.bfloat16).contiguous()
+        x2 = _quantizer_input(x, in_features)
         bf16_wgrad = recipe == "fp8-blockwise-bf16wgrad"
         flag = (lambda i: flags[i:i + 1]) if flags is not None else (lambda i: None)
         qx, qxt = _bf.quantize_1x128(x2, rows=True, cols=not bf16_wgrad, pow2=pow2_scales, nonfinite_flag=flag(0))
@@ -47,7 +57,7 @@ class _Float8BlockwiseLinearFunction(torch.autograd.Function):
         qw, qwt = _bf.quantize_128x128(w, transposed=True, pow2=pow2_scales, nonfinite_flag=flag(1))
         y = _bf.gemm_1d2d(qx, qw)
         ctx.qwt, ctx.qxt = qwt, qxt
-        ctx.x_bf16 = x2 if bf16_wgrad else None
+        ctx.x_bf16 = x2.to(torch.bfloat16) if bf16_wgrad else None
         ctx.lead, ctx.x_dtype, ctx.w_dtype = lead, x.dtype, weight.dtype
         ctx.pow2_scales, ctx.dy_flag = pow2_scales, flag(2)
         return y.reshape(*lead, out_features)
@@ -55,7 +65,7 @@ class _Float8BlockwiseLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         out_features = dy.shape[-1]
-        dy2 = dy.reshape(-1, out_features).to(torch.bfloat16).contiguous()
+        dy2 = _quantizer_input(dy, out_features)
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         fp8_wgrad = ctx.x_bf16 is None
         qdy, qdyt = _bf.quantize_1x128(dy2, rows=need_dx, cols=need_dw and fp8_wgrad, pow2=ctx.pow2_scales,
@@ -68,7 +78,7 @@ class _Float8BlockwiseLinearFunction(torch.autograd.Function):
             if fp8_wgrad:
                 dw = _bf.gemm_1d1d(qdyt, ctx.qxt)
             else:
-                dw = (dy2.t() @ ctx.x_bf16).float()
+                dw = (dy2.to(torch.bfloat16).t() @ ctx.x_bf16).float()
             dw = dw.to(ctx.w_dtype)
         ctx.qwt = ctx.qxt = ctx.x_bf16 = ctx.dy_flag = None
         return dx, dw, None, None, None
@@ -98,7 +108,7 @@ class _Float8BlockwiseGroupedLinearFunction(torch.autograd.Function):
             raise ValueError("blockfp8: grouped input must be tokens x %d, got %s" % (in_features, tuple(x.shape)))
         if out_features % 128 or in_features % 128:
             raise ValueError("blockfp8: grouped experts need in and out features that are multiples of 128")
-        x2 = x.to(torch.bfloat16).contiguous()
+        x2 = _quantizer_input(x, in_features)
         qx, qxt = _bf.quantize_1x128(x2, rows=True, cols=True, pow2=pow2_scales)
         w = weight.detach()
         w = (w if w.dtype in (torch.float32, torch.bfloat16) else w.float()).contiguous()
@@ -114,7 +124,7 @@ class _Float8BlockwiseGroupedLinearFunction(torch.autograd.Function):
     def backward(ctx, dy):
         experts, out_features, in_features = ctx.shape
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        dy2 = dy.to(torch.bfloat16).contiguous()
+        dy2 = _quantizer_input(dy, out_features)
         qdy, qdyt = _bf.quantize_1x128(dy2, rows=need_dx, cols=need_dw, pow2=ctx.pow2_scales)
         dx = dw = None
         if need_dx:

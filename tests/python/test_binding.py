@@ -157,6 +157,49 @@ def test_linear(rng):
         check(sqnr_db(2 * dw, dw2) >= 60, "linear %s: accumulated dw" % recipe)
 
 
+def test_linear_f32(rng):
+    """The f32 forms (fp8-blockwise): on bf16 values, dw is the bf16 form's bit for bit and y, dx round to
+    its outputs (include/blockfp8.h); the two forms mix; on f32 values, the accuracy bars of test_linear."""
+    tokens, k, n = 300, 384, 200
+    lin = bf.Linear(k, n, max_tokens=512)
+    w = (rng.standard_normal((n, k)) / np.sqrt(k)).astype(np.float32)
+    lin.set_weight(w)
+    x16 = rng.standard_normal((tokens, k)).astype(ml_dtypes.bfloat16)
+    dy16 = rng.standard_normal((tokens, n)).astype(ml_dtypes.bfloat16)
+    x32, dy32 = x16.astype(np.float32), dy16.astype(np.float32)
+    y16 = lin.forward(x16)
+    dx16, dw16 = lin.backward(dy16)
+    y32 = lin.forward(x32)
+    dx32, dw32 = lin.backward(dy32)
+    check(y32.dtype == np.float32 and dx32.dtype == np.float32 and dw32.dtype == np.float32,
+          "linear f32: output dtypes %s %s %s" % (y32.dtype, dx32.dtype, dw32.dtype))
+    check(np.array_equal(y32.astype(ml_dtypes.bfloat16).view(np.uint16), y16.view(np.uint16)),
+          "linear f32: y does not round to the bf16 form's y")
+    check(np.array_equal(dx32.astype(ml_dtypes.bfloat16).view(np.uint16), dx16.view(np.uint16)),
+          "linear f32: dx does not round to the bf16 form's dx")
+    check(np.array_equal(dw32.view(np.uint32), dw16.view(np.uint32)), "linear f32: dw differs from the bf16 form's")
+    lin.forward(x32)  # forward in f32, backward in bf16
+    dx_mixed, dw_mixed = lin.backward(dy16)
+    check(dx_mixed.dtype == ml_dtypes.bfloat16 and np.array_equal(dx_mixed.view(np.uint16), dx16.view(np.uint16))
+          and np.array_equal(dw_mixed.view(np.uint32), dw16.view(np.uint32)), "linear f32 forward, bf16 backward")
+    acc = dw32.copy()
+    lin.forward(x16)
+    lin.backward(dy32, dw=acc, accumulate=True, need_dx=False)
+    check(sqnr_db(2 * dw16.astype(np.float64), acc) >= 60, "linear f32: accumulated dw")
+    xr = rng.standard_normal((tokens, k)).astype(np.float32)  # values bf16 cannot hold
+    dyr = rng.standard_normal((tokens, n)).astype(np.float32)
+    y = lin.forward(xr)
+    dx, dw = lin.backward(dyr)
+    xf, dyf = xr.astype(np.float64), dyr.astype(np.float64)
+    got = (sqnr_db(xf @ w.T, y), sqnr_db(dyf @ w, dx), sqnr_db(dyf.T @ xf, dw))
+    check(all(g >= 28 for g in got), "linear f32: forward / dgrad / wgrad %.1f / %.1f / %.1f dB (bar 28)" % got)
+    for recipe in ("bf16", "fp8-blockwise-bf16wgrad"):
+        other = bf.Linear(k, n, max_tokens=512, recipe=recipe)
+        other.set_weight(w)
+        expect_error(lambda: other.forward(x32), bf.Error, "f32 forward in the %s recipe" % recipe)
+    expect_error(lambda: lin.forward(xr.astype(np.float64)), TypeError, "a float64 x")
+
+
 def test_grouped_gemms(rng):
     """Mixture of experts: 3 experts of 256, 0 and 128 tokens (+ 128 spare rows)."""
     offsets, n, k = [0, 256, 256, 384], 256, 200
@@ -228,7 +271,8 @@ def test_bad_input(rng):
 
 def main():
     rng = np.random.default_rng(7)
-    for test in (test_quantizers, test_nonfinite, test_gemms, test_grouped_gemms, test_linear, test_bad_input):
+    for test in (test_quantizers, test_nonfinite, test_gemms, test_grouped_gemms, test_linear, test_linear_f32,
+                 test_bad_input):
         test(rng)
     return check.finish()
 

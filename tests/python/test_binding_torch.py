@@ -194,6 +194,24 @@ def test_module(gen):
     test_nonfinite(layer, x, dy)
 
 
+def test_module_f32_input(gen):
+    """An f32 x reaches the quantizers as it is (no rounding to bf16 first): the layer's y, dx and dw are
+    those of the ops on the f32 data, bit for bit (dy arrives as y's dtype, bf16)."""
+    tokens, k, n = 384, 512, 256
+    x = torch.randn(tokens, k, generator=gen).to(dev)
+    dy = torch.randn(tokens, n, generator=gen).to(dev, torch.bfloat16)
+    layer = Float8BlockwiseLinear(k, n, device=dev)
+    y, dx, dw = run_layer(layer, x, dy)
+    qx, qxt = bf.quantize_1x128(x, rows=True, cols=True)
+    qw, qwt = bf.quantize_128x128(layer.weight.detach().contiguous(), transposed=True)
+    qdy, qdyt = bf.quantize_1x128(dy, rows=True, cols=True)
+    check(y.dtype == torch.bfloat16 and torch.equal(y, bf.gemm_1d2d(qx, qw)), "Float8BlockwiseLinear f32 x: y")
+    check(dx.dtype == torch.float32 and torch.equal(dx, bf.gemm_1d2d(qdy, qwt).float()), "Float8BlockwiseLinear f32 x: dx")
+    check(torch.equal(dw, bf.gemm_1d1d(qdyt, qxt)), "Float8BlockwiseLinear f32 x: dw")
+    q16, _ = bf.quantize_1x128(x.to(torch.bfloat16))
+    check(not torch.equal(q16.data, qx.data), "f32 x: its bf16 rounding quantizes the same (the test cannot tell)")
+
+
 def test_nonfinite(layer, x, dy):
     """The layer's non-finite flags: raised by the tensor that held NaN/Inf, read by check_finite."""
     check(layer.nonfinite() == [], "non-finite flags raised by finite data: %s" % layer.nonfinite())
@@ -294,6 +312,17 @@ def test_library_linear(gen):
             outs.append(tuple(from_numpy(a) for a in (y, dx, dw)))
     got = [sqnr_db(c, g) for c, g in zip(outs[0], outs[1])]
     check(all(v >= 40 for v in got), "Linear on tensors vs over numpy: %.1f / %.1f / %.1f dB" % tuple(got))
+    if not ON_CPU:  # the f32 forms on the GPU: on bf16 values, dw is the bf16 form's, y and dx round to its
+        lin = bf.Linear(k, n, max_tokens=1024, device="cuda")
+        lin.set_weight(w.to(dev))
+        y16 = lin.forward(x.to(dev))
+        dx16, dw16 = lin.backward(dy.to(dev))
+        y32 = lin.forward(x.to(dev).float())
+        dx32, dw32 = lin.backward(dy.to(dev).float())
+        synchronize()
+        check(y32.dtype == torch.float32 and dx32.dtype == torch.float32, "Linear f32 forms: output dtypes")
+        check(torch.equal(y32.to(torch.bfloat16), y16) and torch.equal(dx32.to(torch.bfloat16), dx16)
+              and torch.equal(dw32, dw16), "Linear f32 forms on the GPU against the bf16 form")
     if not ON_CPU:  # operands on the GPU and on the host, mixed: refused before the library sees them
         qa, _ = bf.quantize_1x128(x.to(dev))
         qb, _ = bf.quantize_128x128(as_numpy(w))
@@ -343,7 +372,7 @@ def bench():
 
 def main():
     gen = torch.Generator().manual_seed(11)
-    for test in (test_quantizers, test_gemms, test_module, test_grouped, test_library_linear):
+    for test in (test_quantizers, test_gemms, test_module, test_module_f32_input, test_grouped, test_library_linear):
         test(gen)
     verdict = check.finish()
     if "--bench" in sys.argv[1:]:
