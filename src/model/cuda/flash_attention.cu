@@ -231,7 +231,7 @@ __global__ void rows_to_heads_kernel(uint16_t *x16, const float *x, int64_t toke
 /* Forward: a CTA per (128 queries, head, sequence), keys in stages of 64    */
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) flash_forward_kernel(float *out, float *lse, float *o_copy,
+__global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(float *out, float *lse, float *o_copy,
                                                                  const uint16_t *q16, const uint16_t *k16,
                                                                  const uint16_t *v16, int seq, int heads,
                                                                  float scale_log2) {
