@@ -230,6 +230,10 @@ __global__ void rows_to_heads_kernel(uint16_t *x16, const float *x, int64_t toke
 /* ------------------------------------------------------------------------ */
 /* Forward: a CTA per (128 queries, head, sequence), keys in stages of 64    */
 
+/* Two CTAs per SM: 128 registers (no spill; 133 uncapped, which left one
+ * CTA of 8 warps per SM) and 2 x 104 KB of shared memory. The same
+ * instructions' arithmetic, so the same bits; +1% tokens/s on the 1b step
+ * (bench/results/2026-12-01_trainer_cuda_h200_s15_profile_flash_forward.txt). */
 template <int D>
 __global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(float *out, float *lse, float *o_copy,
                                                                  const uint16_t *q16, const uint16_t *k16,
