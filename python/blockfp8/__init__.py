@@ -383,20 +383,21 @@ class Linear:
 
     @staticmethod
     def _contiguous(x, what, dtype_code, shape):
-        """x's data pointer; dtype_code None: bf16 or f32, whichever x is."""
+        """x as a contiguous matrix (its .data pointer, its .dtype code);
+        dtype_code None: bf16 or f32, whichever x is."""
         if tuple(x.shape) != shape:
             raise ValueError("blockfp8: %s has shape %s, expected %s" % (what, tuple(x.shape), shape))
         m = _matrix(x, what)
         if (dtype_code is not None and m.dtype != dtype_code) or (m.rows > 1 and m.ld != m.cols):
             expected = {None: "bf16 or f32", _ffi.F32: "f32", _ffi.BF16: "bf16"}[dtype_code]
             raise ValueError("blockfp8: %s must be contiguous %s" % (what, expected))
-        return m.data
+        return m
 
     def set_weight(self, w):
         """The fp32 master weight (out x in, contiguous): quantized (or
         converted to bf16) for the next forward. Call after every update."""
         self._prepare(w)
-        ptr = self._contiguous(w, "w", _ffi.F32, (self.out_features, self.in_features))
+        ptr = self._contiguous(w, "w", _ffi.F32, (self.out_features, self.in_features)).data
         _check(_library().bfp8_linear_set_weight(self._handle, C.c_void_p(ptr)))
 
     def forward(self, x):
@@ -405,8 +406,8 @@ class Linear:
         y written in f32, nothing rounded to bf16 on the way)."""
         self._prepare(x)
         tokens = int(x.shape[0])
-        ptr = self._contiguous(x, "x", None, (tokens, self.in_features))
-        f32 = _dtype_code(x) == _ffi.F32
+        m = self._contiguous(x, "x", None, (tokens, self.in_features))
+        ptr, f32 = m.data, m.dtype == _ffi.F32
         y = _empty(x, (tokens, self.out_features), "f32" if f32 else "bf16")
         forward = _library().bfp8_linear_forward_f32 if f32 else _library().bfp8_linear_forward
         _check(forward(self._handle, C.c_void_p(ptr), tokens, C.c_void_p(_pointer(y))))
@@ -422,13 +423,13 @@ class Linear:
         if self._kept is None:
             raise Error("BFP8_ERR_INVALID_VALUE", "backward without a forward")
         tokens = int(self._kept.shape[0])
-        ptr = self._contiguous(dy, "dy", None, (tokens, self.out_features))
-        f32 = _dtype_code(dy) == _ffi.F32
+        m = self._contiguous(dy, "dy", None, (tokens, self.out_features))
+        ptr, f32 = m.data, m.dtype == _ffi.F32
         if dw is None:
             if accumulate:
                 raise ValueError("blockfp8: backward(accumulate=True) needs dw")
             dw = _empty(dy, (self.out_features, self.in_features), "f32")
-        dw_ptr = self._contiguous(dw, "dw", _ffi.F32, (self.out_features, self.in_features))
+        dw_ptr = self._contiguous(dw, "dw", _ffi.F32, (self.out_features, self.in_features)).data
         dx = _empty(dy, (tokens, self.in_features), "f32" if f32 else "bf16") if need_dx else None
         backward = _library().bfp8_linear_backward_f32 if f32 else _library().bfp8_linear_backward
         _check(backward(self._handle, C.c_void_p(ptr), C.c_void_p(_pointer(dx)) if dx is not None else None,
