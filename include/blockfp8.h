@@ -137,6 +137,13 @@ typedef enum bfp8_granularity {
  *         The canonical ld is cols rounded up to 16, so every row starts on
  *         a 16-byte boundary (what the Hopper tensor-copy engine needs);
  *         bytes between cols and ld are padding that no kernel reads.
+ *         Any ld that is a multiple of 16 works everywhere; one that is a
+ *         multiple of 128 KiB (x^T of 131072 tokens) puts the rows of a
+ *         128 x 128 tile on few DRAM channels, and writing such an x^T is
+ *         ~2% slower on an H200 than with ld 128 bytes larger
+ *         (bench/results/2026-12-02_h200_s16_pad_ld_linear_wgrad.txt).
+ *         The canonical layout does not pad: the canonical layout of
+ *         fewer rows or columns must fit in the buffer of the most.
  * Scales, BFP8_GRAN_1X128 ("MN-major"):
  *         scales[kb * scale_ld + r] for row r and k-block kb = c / 128,
  *         kb < ceil(cols / 128); rows of one k-block are contiguous, and

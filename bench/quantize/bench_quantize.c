@@ -4,7 +4,7 @@
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
  *                  [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]
- *                  [--no-warm-l2] [--ab-warm-l2] [--settle-ms N]
+ *                  [--no-warm-l2] [--ab-warm-l2] [--settle-ms N] [--pad-ld BYTES]
  *
  * First a cudaMemcpyAsync device-to-device of a 1 GiB buffer (copy bandwidth
  * = 2 * bytes / time: read + write), then every kernel on the issue's
@@ -44,6 +44,9 @@
  * ~10 ms of kernels run up to 9% slower (session 14: W+W^T's first chains
  * at 67 us a call, then 61; bench/results/2026-12-01_quantize_h200_s14_
  * settle.txt), which a short kernel's whole timing can fall into.
+ * --pad-ld BYTES: every code matrix gets BYTES (a multiple of 16) more
+ * than the canonical ld between its rows (bfp8_qmatrix_layout), to see
+ * what the row stride of x^T does to DRAM traffic.
  */
 #include <math.h>
 #include <stdio.h>
@@ -88,6 +91,7 @@ static bfp8_context *gpu, *cpu;
 static cudaStream_t stream;
 static int chain_timing; /* --chain */
 static int settle_ms = 300; /* --settle-ms */
+static int64_t pad_ld; /* --pad-ld: bytes added to the canonical ld of every code matrix */
 enum { kChains = 7 };
 
 static bench_timing time_calls(bench_call_fn fn, void *arg, int sets, int warmup, int reps) {
@@ -114,6 +118,8 @@ typedef struct workload {
 
 static void qbuf_alloc(qbuf *b, int64_t rows, int64_t cols, bfp8_granularity g) {
     BENCH_BFP8_OR_DIE(bfp8_qmatrix_layout(&b->q, rows, cols, g, &b->data_bytes, &b->scale_bytes));
+    b->q.ld += pad_ld;
+    b->data_bytes = (size_t)(rows * b->q.ld);
     void *d, *s;
     BENCH_BFP8_OR_DIE(bfp8_malloc(gpu, &d, b->data_bytes));
     BENCH_BFP8_OR_DIE(bfp8_malloc(gpu, &s, b->scale_bytes));
@@ -340,7 +346,7 @@ static void usage(const char *prog) {
     fprintf(stderr,
             "usage: %s [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]\n"
             "          [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]\n"
-            "          [--no-warm-l2] [--ab-warm-l2] [--settle-ms N]\n", prog);
+            "          [--no-warm-l2] [--ab-warm-l2] [--settle-ms N] [--pad-ld BYTES]\n", prog);
     exit(2);
 }
 
@@ -366,6 +372,11 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--settle-ms") == 0 && v) {
             settle_ms = atoi(v);
             if (settle_ms < 0) usage(argv[0]);
+            ++i;
+        }
+        else if (strcmp(a, "--pad-ld") == 0 && v) {
+            pad_ld = atoll(v);
+            if (pad_ld < 0 || pad_ld % 16 != 0) usage(argv[0]);
             ++i;
         }
         else if ((strcmp(a, "--act") == 0 || strcmp(a, "--weight") == 0) && v) {
@@ -408,6 +419,7 @@ int main(int argc, char **argv) {
            chain_timing ? "chains of calls with nothing between them (median of 7 chains)"
                         : "an event between calls (median call)",
            pdl ? "with" : "without", warm_l2 ? "on" : "off", settle_ms);
+    if (pad_ld) printf("code matrices: %lld bytes between rows beyond the canonical ld\n", (long long)pad_ld);
 
     /* The ceiling: a device-to-device copy of 1 GiB (and 256 MiB, for reference). */
     bench_timing copy_t, copy_small_t;
