@@ -160,10 +160,10 @@ template <int N> __device__ __forceinline__ void cp_async_wait() {
 }
 /* rows [r0, r0 + ROWS) of one head's [seq][D] bf16 matrix into a [ROWS][D +
  * kPad] tile, rows past seq zero-filled. */
-template <int ROWS, int D>
+template <int ROWS, int D, int NT = kThreads>
 __device__ __forceinline__ void load_async(uint16_t *dst, const uint16_t *head, int r0, int seq) {
     constexpr int kChunks = ROWS * D / 8;
-    for (int i = threadIdx.x; i < kChunks; i += kThreads) {
+    for (int i = threadIdx.x; i < kChunks; i += NT) {
         const int r = i / (D / 8), c = (i % (D / 8)) * 8;
         const bool valid = r0 + r < seq;
         cp_async16(dst + r * ld<D>() + c, head + (int64_t)(valid ? r0 + r : 0) * D + c, valid);
@@ -173,13 +173,13 @@ __device__ __forceinline__ void load_async(uint16_t *dst, const uint16_t *head, 
 /* Keys and values of stage kb (in buffer kb % 2 of ks, vs) are in shared
  * memory for every thread; those of stage kb + 1 are on their way into the
  * other buffer (the caller syncs again before that buffer is reused). */
-template <int D>
+template <int D, int NT = kThreads>
 __device__ __forceinline__ void key_stage_ready(uint16_t *ks, uint16_t *vs, const uint16_t *k_head,
                                                 const uint16_t *v_head, int kb, int steps, int seq) {
     if (kb + 1 < steps) {
         const int next = (kb + 1) & 1;
-        load_async<kStep, D>(ks + next * kStep * ld<D>(), k_head, (kb + 1) * kStep, seq);
-        load_async<kStep, D>(vs + next * kStep * ld<D>(), v_head, (kb + 1) * kStep, seq);
+        load_async<kStep, D, NT>(ks + next * kStep * ld<D>(), k_head, (kb + 1) * kStep, seq);
+        load_async<kStep, D, NT>(vs + next * kStep * ld<D>(), v_head, (kb + 1) * kStep, seq);
         cp_async_commit();
         cp_async_wait<1>();
     } else {
@@ -230,94 +230,144 @@ __global__ void rows_to_heads_kernel(uint16_t *x16, const float *x, int64_t toke
 /* ------------------------------------------------------------------------ */
 /* Forward: a CTA per (128 queries, head, sequence), keys in stages of 64    */
 
-/* Two CTAs per SM: 128 registers (no spill; 133 uncapped, which left one
- * CTA of 8 warps per SM) and 2 x 104 KB of shared memory. The same
- * instructions' arithmetic, so the same bits; +1% tokens/s on the 1b step
- * (bench/results/2026-12-01_trainer_cuda_h200_s15_profile_flash_forward.txt). */
+/* Each warp owns 32 query rows as two 16-row blocks that share every K and
+ * V fragment it reads (half the ldmatrix traffic per product of 16-row
+ * warps: ncu of those showed a third of all stalls waiting on ldmatrix), so
+ * a CTA is 4 warps and two CTAs share an SM (2 x 104 KB of shared memory).
+ * Every element sees the same products, in the same order, as with 16-row
+ * warps, so the same bits. */
+constexpr int kForwardWarps = kBlockQ / 32;
+constexpr int kForwardThreads = 32 * kForwardWarps;
+
+/* s[b] (16 rows x 8 NT columns, rows row0 + 16 b..) += rows of a_tile times
+ * rows n0.. of nk_tile transposed, over all D, for both row blocks b. */
+template <int D, int NT>
+__device__ __forceinline__ void mma_two_blocks_by_rows(float (&s)[2][NT][4], const uint16_t *a_tile, int row0,
+                                                       const uint16_t *nk_tile, int n0, int lane) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+        uint32_t a0[4], a1[4];
+        frag_a<D>(a0, a_tile, row0, kk * 16, lane);
+        frag_a<D>(a1, a_tile, row0 + 16, kk * 16, lane);
+#pragma unroll
+        for (int j = 0; j < NT; j += 2) {
+            uint32_t bb[4];
+            frag_b_nk<D>(bb, nk_tile, n0 + j * 8, kk * 16, lane);
+            mma_bf16(s[0][j], a0, bb[0], bb[1]);
+            mma_bf16(s[0][j + 1], a0, bb[2], bb[3]);
+            mma_bf16(s[1][j], a1, bb[0], bb[1]);
+            mma_bf16(s[1][j + 1], a1, bb[2], bb[3]);
+        }
+    }
+}
+
 template <int D>
-__global__ void __launch_bounds__(kThreads, 2) flash_forward_kernel(float *out, float *lse, float *o_copy,
-                                                                 const uint16_t *q16, const uint16_t *k16,
-                                                                 const uint16_t *v16, int seq, int heads,
-                                                                 float scale_log2) {
+__global__ void __launch_bounds__(kForwardThreads, 2) flash_forward_kernel(float *out, float *lse, float *o_copy,
+                                                                        const uint16_t *q16, const uint16_t *k16,
+                                                                        const uint16_t *v16, int seq, int heads,
+                                                                        float scale_log2) {
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *const qs = smem, *const ks = qs + kBlockQ * ld<D>(), *const vs = ks + 2 * kStep * ld<D>();
     const int qb = gridDim.x - 1 - blockIdx.x; /* the longest rows of keys first */
     const int h = blockIdx.y, b = blockIdx.z, q0 = qb * kBlockQ;
     const int64_t head = ((int64_t)b * heads + h) * seq * D;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int row0 = warp * 16, qrow[2] = {q0 + row0 + g, q0 + row0 + g + 8};
+    const int row0 = warp * 32;
+    /* query of accumulator row r (0: g, 1: g + 8) of block bl */
+    auto qrow = [&](int bl, int r) { return q0 + row0 + 16 * bl + g + 8 * r; };
     const int key_end = min(seq, q0 + kBlockQ), steps = (key_end + kStep - 1) / kStep;
 
-    load_async<kBlockQ, D>(qs, q16 + head, q0, seq);
-    load_async<kStep, D>(ks, k16 + head, 0, seq);
-    load_async<kStep, D>(vs, v16 + head, 0, seq);
+    load_async<kBlockQ, D, kForwardThreads>(qs, q16 + head, q0, seq);
+    load_async<kStep, D, kForwardThreads>(ks, k16 + head, 0, seq);
+    load_async<kStep, D, kForwardThreads>(vs, v16 + head, 0, seq);
     cp_async_commit();
-    float o[D / 8][4];
-    zero(o);
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[2][D / 8][4];
+    zero(o[0]);
+    zero(o[1]);
+    float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, l[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
 
     for (int kb = 0; kb < steps; ++kb) {
         const int k0 = kb * kStep, stage = kb & 1;
-        key_stage_ready<D>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
+        key_stage_ready<D, kForwardThreads>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
         const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
-        if (k0 <= q0 + row0 + 15) { /* some key of the stage is visible to this warp's rows */
-            float s[8][4];
-            zero(s);
-            mma_rows_by_rows<D>(s, qs, row0, kst, 0, lane);
+        /* some key of the stage is visible to the warp's first block, and so
+         * to its second: stages start at multiples of 64 and the blocks at
+         * multiples of 16 (block 1 alone would see keys from row0 + 16..31
+         * past q0, where no stage starts) */
+        if (k0 <= q0 + row0 + 15) {
+            float s[2][8][4];
+            zero(s[0]);
+            zero(s[1]);
+            mma_two_blocks_by_rows<D, 8>(s, qs, row0, kst, 0, lane);
             const bool masked = k0 + kStep - 1 > q0 + row0; /* the diagonal (or keys past seq) cross the stage */
-            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int bl = 0; bl < 2; ++bl) {
+                float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    float v = s[j][e] * scale_log2;
-                    if (masked && k0 + j * 8 + 2 * t + (e & 1) > qrow[e / 2]) v = -INFINITY;
-                    s[j][e] = v;
-                    mx[e / 2] = fmaxf(mx[e / 2], v);
+                for (int j = 0; j < 8; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float v = s[bl][j][e] * scale_log2;
+                        if (masked && k0 + j * 8 + 2 * t + (e & 1) > qrow(bl, e / 2)) v = -INFINITY;
+                        s[bl][j][e] = v;
+                        mx[e / 2] = fmaxf(mx[e / 2], v);
+                    }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const float m_new = fmaxf(m[bl][r], quad_max(mx[r]));
+                    const float ref = m_new == -INFINITY ? 0.0f : m_new; /* a row with no key yet */
+                    const float alpha = exp2f(m[bl][r] - ref);
+                    l[bl][r] *= alpha;
+#pragma unroll
+                    for (int n = 0; n < D / 8; ++n) {
+                        o[bl][n][2 * r] *= alpha;
+                        o[bl][n][2 * r + 1] *= alpha;
+                    }
+                    m[bl][r] = m_new;
+                    mx[r] = ref;
                 }
 #pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const float m_new = fmaxf(m[r], quad_max(mx[r]));
-                const float ref = m_new == -INFINITY ? 0.0f : m_new; /* a row with no key yet */
-                const float alpha = exp2f(m[r] - ref);
-                l[r] *= alpha;
+                for (int j = 0; j < 8; ++j)
 #pragma unroll
-                for (int n = 0; n < D / 8; ++n) {
-                    o[n][2 * r] *= alpha;
-                    o[n][2 * r + 1] *= alpha;
-                }
-                m[r] = m_new;
-                mx[r] = ref;
+                    for (int e = 0; e < 4; ++e) {
+                        const float p = exp2f(s[bl][j][e] - mx[e / 2]);
+                        s[bl][j][e] = p;
+                        l[bl][e / 2] += p;
+                    }
             }
-#pragma unroll
-            for (int j = 0; j < 8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float p = exp2f(s[j][e] - mx[e / 2]);
-                    s[j][e] = p;
-                    l[e / 2] += p;
-                }
+            /* O += P V, every V fragment serving both blocks */
 #pragma unroll
             for (int kk = 0; kk < kStep / 16; ++kk) {
-                uint32_t a[4];
-                acc_as_a(a, s[2 * kk], s[2 * kk + 1]);
-                mma_rows_by_tile<D>(o, a, vst, kk * 16, lane);
+                uint32_t a0[4], a1[4];
+                acc_as_a(a0, s[0][2 * kk], s[0][2 * kk + 1]);
+                acc_as_a(a1, s[1][2 * kk], s[1][2 * kk + 1]);
+#pragma unroll
+                for (int n = 0; n < D / 8; n += 2) {
+                    uint32_t bb[4];
+                    frag_b_kn<D>(bb, vst, n * 8, kk * 16, lane);
+                    mma_bf16(o[0][n], a0, bb[0], bb[1]);
+                    mma_bf16(o[0][n + 1], a0, bb[2], bb[3]);
+                    mma_bf16(o[1][n], a1, bb[0], bb[1]);
+                    mma_bf16(o[1][n + 1], a1, bb[2], bb[3]);
+                }
             }
         }
         __syncthreads(); /* the stage is free for the load after next */
     }
     const int dim = heads * D;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int q = qrow[r];
-        const float sum = quad_sum(l[r]);
-        if (q >= seq) continue;
-        const float inv = 1.0f / sum;
-        const int64_t row = ((int64_t)b * seq + q) * dim + h * D;
-        store_row<D>(out + row, o, r, inv, t);
-        store_row<D>(o_copy + row, o, r, inv, t);
-        if (t == 0) lse[((int64_t)b * heads + h) * seq + q] = m[r] + log2f(sum);
-    }
+    for (int bl = 0; bl < 2; ++bl)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int q = qrow(bl, r);
+            const float sum = quad_sum(l[bl][r]);
+            if (q >= seq) continue;
+            const float inv = 1.0f / sum;
+            const int64_t row = ((int64_t)b * seq + q) * dim + h * D;
+            store_row<D>(out + row, o[bl], r, inv, t);
+            store_row<D>(o_copy + row, o[bl], r, inv, t);
+            if (t == 0) lse[((int64_t)b * heads + h) * seq + q] = m[bl][r] + log2f(sum);
+        }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -549,7 +599,7 @@ void forward(float *out, float *probs, float *scratch, const float *qkv, int64_t
     float *lse = probs, *o_copy = probs + batch * heads * seq;
     const dim3 grid((unsigned)((seq + kBlockQ - 1) / kBlockQ), (unsigned)heads, (unsigned)batch);
     const float scale_log2 = kLog2e / sqrtf((float)D);
-    flash_forward_kernel<D><<<grid, kThreads, forward_smem<D>(), stream()>>>(out, lse, o_copy, sp.q16, sp.k16, sp.v16,
+    flash_forward_kernel<D><<<grid, kForwardThreads, forward_smem<D>(), stream()>>>(out, lse, o_copy, sp.q16, sp.k16, sp.v16,
                                                                            (int)seq, (int)heads, scale_log2);
     check_launch("flash attention forward");
 }
