@@ -15,20 +15,24 @@
  * The scratch (flash_attention_scratch_floats) holds rowsum(dO * O) per query
  * and head and the bf16 copies below.
  *
- * Kernels (head_dim D = 64 or 128), 8 warps of 16 rows per CTA:
+ * Kernels (head_dim D = 64 or 128):
  *   to bf16     q, k, v (and, for the backward, dO) rounded to bf16 into
  *               head-major copies [batch][heads][seq][D] in the scratch, so
  *               every tile below is a contiguous block for cp.async
- *   forward     a CTA per (128 queries, head, sequence): the keys up to the
- *               diagonal in double-buffered stages of 64 rows, S = Q K^T,
- *               running max and sum, O += P V; writes O, its copy and the LSE
+ *   forward     a CTA per (128 queries, head, sequence), 4 warps of 32 rows
+ *               (two 16-row blocks sharing every K and V fragment): the keys
+ *               up to the diagonal in double-buffered stages of 64 rows,
+ *               S = Q K^T, running max and sum, O += P V; writes O, its copy
+ *               and the LSE
  *   dsum        rowsum(dO * O) per (token, head), one warp each
- *   dK, dV      a CTA per (128 keys, head, sequence), the queries from the
- *               diagonal on in stages of 64 (each used in two halves of 32,
- *               for registers): P^T from S^T and the LSE, dV += P^T dO,
- *               dP^T = V dO^T, dS^T = P^T (dP^T - dsum), dK += dS^T Q
- *   dQ          a CTA per (128 queries, head, sequence), the keys up to the
- *               diagonal in stages of 64: P, dP = dO V^T, dS, dQ += dS K
+ *   dK, dV      a CTA per (128 keys, head, sequence), 8 warps of 16 keys,
+ *               the queries from the diagonal on in stages of 64 (each used
+ *               in two halves of 32, for registers): P^T from S^T and the
+ *               LSE, dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - dsum),
+ *               dK += dS^T Q
+ *   dQ          a CTA per (128 queries, head, sequence), 4 warps of 32 rows
+ *               as in the forward, the keys up to the diagonal in stages of
+ *               32: P, dP = dO V^T, dS, dQ += dS K
  * Products are mma.sync m16n8k16 (bf16 in, fp32 accumulation) on fragments
  * read with ldmatrix (.trans where the tile is stored contraction-major);
  * shared rows are padded by 16 bytes, so the fragment reads are free of bank
@@ -173,13 +177,13 @@ __device__ __forceinline__ void load_async(uint16_t *dst, const uint16_t *head, 
 /* Keys and values of stage kb (in buffer kb % 2 of ks, vs) are in shared
  * memory for every thread; those of stage kb + 1 are on their way into the
  * other buffer (the caller syncs again before that buffer is reused). */
-template <int D, int NT = kThreads>
+template <int D, int NT = kThreads, int STEP = kStep>
 __device__ __forceinline__ void key_stage_ready(uint16_t *ks, uint16_t *vs, const uint16_t *k_head,
                                                 const uint16_t *v_head, int kb, int steps, int seq) {
     if (kb + 1 < steps) {
         const int next = (kb + 1) & 1;
-        load_async<kStep, D, NT>(ks + next * kStep * ld<D>(), k_head, (kb + 1) * kStep, seq);
-        load_async<kStep, D, NT>(vs + next * kStep * ld<D>(), v_head, (kb + 1) * kStep, seq);
+        load_async<STEP, D, NT>(ks + next * STEP * ld<D>(), k_head, (kb + 1) * STEP, seq);
+        load_async<STEP, D, NT>(vs + next * STEP * ld<D>(), v_head, (kb + 1) * STEP, seq);
         cp_async_commit();
         cp_async_wait<1>();
     } else {
@@ -486,62 +490,91 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqk
     }
 }
 
-/* dQ: a CTA per (128 queries, head, sequence), keys in stages of 64. */
+/* dQ: a CTA per (128 queries, head, sequence), 4 warps of 32 query rows (two
+ * 16-row blocks sharing every K and V fragment, as in the forward), keys in
+ * stages of 32 so that two CTAs fit an SM (2 x 104 KB of shared memory).
+ * Each block sees the keys, products and sums of the 16-row-warp form that
+ * preceded it (stages of 64, bench/results/2026-12-02_h200_s16_flash_
+ * attention.txt) in the same order: a stage runs when its 64-key pair would
+ * have, keys past the diagonal included, so the bits are the same. */
+constexpr int kDqWarps = kBlockQ / 32;
+constexpr int kDqThreads = 32 * kDqWarps;
+constexpr int kDqStep = 32;
+
 template <int D>
-__global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv, const uint16_t *q16,
-                                                                     const uint16_t *k16, const uint16_t *v16,
-                                                                     const uint16_t *do16, const float *lse,
-                                                                     const float *dsum, int seq, int heads,
-                                                                     float scale, float scale_log2) {
+__global__ void __launch_bounds__(kDqThreads, D == 64 ? 3 : 2) flash_backward_dq_kernel(float *dqkv, const uint16_t *q16,
+                                                                       const uint16_t *k16, const uint16_t *v16,
+                                                                       const uint16_t *do16, const float *lse,
+                                                                       const float *dsum, int seq, int heads,
+                                                                       float scale, float scale_log2) {
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *const qs = smem, *const dos = qs + kBlockQ * ld<D>(), *const ks = dos + kBlockQ * ld<D>();
-    uint16_t *const vs = ks + 2 * kStep * ld<D>();
+    uint16_t *const vs = ks + 2 * kDqStep * ld<D>();
+    /* the rows' LSE and dsum, read from shared memory each stage (in registers they spill) */
+    float *const lse_s = reinterpret_cast<float *>(vs + 2 * kDqStep * ld<D>()), *const dsum_s = lse_s + kBlockQ;
     const int qb = gridDim.x - 1 - blockIdx.x;
     const int h = blockIdx.y, b = blockIdx.z, q0 = qb * kBlockQ;
     const int64_t bh = (int64_t)b * heads + h, head = bh * seq * D;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int row0 = warp * 16, qrow[2] = {q0 + row0 + g, q0 + row0 + g + 8};
-    const int key_end = min(seq, q0 + kBlockQ), steps = (key_end + kStep - 1) / kStep;
-    float row_lse[2], row_dsum[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const bool valid = qrow[r] < seq;
-        row_lse[r] = valid ? lse[bh * seq + qrow[r]] : INFINITY;
-        row_dsum[r] = valid ? dsum[bh * seq + qrow[r]] : 0.0f;
-    }
-    load_async<kBlockQ, D>(qs, q16 + head, q0, seq);
-    load_async<kBlockQ, D>(dos, do16 + head, q0, seq);
-    load_async<kStep, D>(ks, k16 + head, 0, seq);
-    load_async<kStep, D>(vs, v16 + head, 0, seq);
+    const int row0 = warp * 32;
+    auto qrow = [&](int bl, int r) { return q0 + row0 + 16 * bl + g + 8 * r; };
+    /* the keys of whole 64-key stages, as before: past key_end they are masked (zero) */
+    const int key_end = min(seq, q0 + kBlockQ), steps = (key_end + kStep - 1) / kStep * (kStep / kDqStep);
+    for (int i = threadIdx.x; i < kBlockQ; i += kDqThreads) {
+        const bool valid = q0 + i < seq;
+        lse_s[i] = valid ? lse[bh * seq + q0 + i] : INFINITY;
+        dsum_s[i] = valid ? dsum[bh * seq + q0 + i] : 0.0f;
+    } /* (read after the first stage's __syncthreads) */
+    load_async<kBlockQ, D, kDqThreads>(qs, q16 + head, q0, seq);
+    load_async<kBlockQ, D, kDqThreads>(dos, do16 + head, q0, seq);
+    load_async<kDqStep, D, kDqThreads>(ks, k16 + head, 0, seq);
+    load_async<kDqStep, D, kDqThreads>(vs, v16 + head, 0, seq);
     cp_async_commit();
-    float dq[D / 8][4];
-    zero(dq);
+    float dq[2][D / 8][4];
+    zero(dq[0]);
+    zero(dq[1]);
 
     for (int kb = 0; kb < steps; ++kb) {
-        const int k0 = kb * kStep, stage = kb & 1;
-        key_stage_ready<D>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
-        const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
-        if (k0 <= q0 + row0 + 15) {
-            float p[8][4], dp[8][4];
-            zero(p);
-            zero(dp);
-            /* S = Q K^T and dP = dO V^T: 16 queries x 64 keys */
-            mma_rows_by_rows<D>(p, qs, row0, kst, 0, lane);
-            mma_rows_by_rows<D>(dp, dos, row0, vst, 0, lane);
+        const int k0 = kb * kDqStep, stage = kb & 1;
+        key_stage_ready<D, kDqThreads, kDqStep>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
+        const uint16_t *kst = ks + stage * kDqStep * ld<D>(), *vst = vs + stage * kDqStep * ld<D>();
+        /* the 64-key stage holding k0 is visible to block 0, hence to block 1
+         * (see the forward: no 64-key stage starts 16..31 rows past row0) */
+        if ((k0 & ~(kStep - 1)) <= q0 + row0 + 15) {
+            /* in halves of 16 keys (registers): S = Q K^T and dP = dO V^T for
+             * 2 x 16 queries, dS, then dQ += dS K, every K and V fragment
+             * serving both blocks */
 #pragma unroll
-            for (int j = 0; j < 8; ++j)
+            for (int hk = 0; hk < kDqStep / 16; ++hk) {
+                float p[2][2][4], dp[2][2][4];
+                zero(p[0]);
+                zero(p[1]);
+                zero(dp[0]);
+                zero(dp[1]);
+                mma_two_blocks_by_rows<D, 2>(p, qs, row0, kst, hk * 16, lane);
+                mma_two_blocks_by_rows<D, 2>(dp, dos, row0, vst, hk * 16, lane);
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int key = k0 + j * 8 + 2 * t + (e & 1), r = e / 2;
-                    const float pv = key > qrow[r] ? 0.0f : exp2f(p[j][e] * scale_log2 - row_lse[r]);
-                    dp[j][e] = pv * (dp[j][e] - row_dsum[r]);
+                for (int bl = 0; bl < 2; ++bl)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int key = k0 + hk * 16 + j * 8 + 2 * t + (e & 1), lr = qrow(bl, e / 2) - q0;
+                            const float pv = key > q0 + lr ? 0.0f : exp2f(p[bl][j][e] * scale_log2 - lse_s[lr]);
+                            dp[bl][j][e] = pv * (dp[bl][j][e] - dsum_s[lr]);
+                        }
+                uint32_t a0[4], a1[4];
+                acc_as_a(a0, dp[0][0], dp[0][1]);
+                acc_as_a(a1, dp[1][0], dp[1][1]);
+#pragma unroll
+                for (int n = 0; n < D / 8; n += 2) {
+                    uint32_t bb[4];
+                    frag_b_kn<D>(bb, kst, n * 8, hk * 16, lane);
+                    mma_bf16(dq[0][n], a0, bb[0], bb[1]);
+                    mma_bf16(dq[0][n + 1], a0, bb[2], bb[3]);
+                    mma_bf16(dq[1][n], a1, bb[0], bb[1]);
+                    mma_bf16(dq[1][n + 1], a1, bb[2], bb[3]);
                 }
-            /* dQ += dS K */
-#pragma unroll
-            for (int kk = 0; kk < kStep / 16; ++kk) {
-                uint32_t as[4];
-                acc_as_a(as, dp[2 * kk], dp[2 * kk + 1]);
-                mma_rows_by_tile<D>(dq, as, kst, kk * 16, lane);
             }
         }
         __syncthreads();
@@ -549,16 +582,18 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dq_kernel(float *dqkv
     const int dim = heads * D;
     const int64_t ld3 = 3 * (int64_t)dim;
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int q = qrow[r];
-        if (q >= seq) continue;
-        store_row<D>(dqkv + ((int64_t)b * seq + q) * ld3 + h * D, dq, r, scale, t);
-    }
+    for (int bl = 0; bl < 2; ++bl)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            const int q = qrow(bl, r);
+            if (q >= seq) continue;
+            store_row<D>(dqkv + ((int64_t)b * seq + q) * ld3 + h * D, dq[bl], r, scale, t);
+        }
 }
 
 template <int D> constexpr int forward_smem() { return (kBlockQ + 4 * kStep) * ld<D>() * 2; }
 template <int D> constexpr int dkv_smem() { return (2 * kBlockKV + 4 * kStep) * ld<D>() * 2 + 4 * kStep * 4; }
-template <int D> constexpr int dq_smem() { return (2 * kBlockQ + 4 * kStep) * ld<D>() * 2; }
+template <int D> constexpr int dq_smem() { return (2 * kBlockQ + 4 * kDqStep) * ld<D>() * 2 + 2 * kBlockQ * 4; }
 
 template <int D> bool set_smem_limits() {
     static bool done = false;
@@ -626,7 +661,7 @@ void backward(float *dqkv, float *scratch, const float *dout, const float *qkv, 
         dqkv, sp.q16, sp.k16, sp.v16, sp.do16, lse, sp.dsum, (int)seq, (int)heads, scale, scale_log2);
     check_launch("flash attention dK, dV");
     const dim3 grid_q((unsigned)((seq + kBlockQ - 1) / kBlockQ), (unsigned)heads, (unsigned)batch);
-    flash_backward_dq_kernel<D><<<grid_q, kThreads, dq_smem<D>(), stream()>>>(
+    flash_backward_dq_kernel<D><<<grid_q, kDqThreads, dq_smem<D>(), stream()>>>(
         dqkv, sp.q16, sp.k16, sp.v16, sp.do16, lse, sp.dsum, (int)seq, (int)heads, scale, scale_log2);
     check_launch("flash attention dQ");
 }
