@@ -265,6 +265,24 @@ __device__ __forceinline__ void mma_two_blocks_by_rows(float (&s)[2][NT][4], con
     }
 }
 
+/* acc[b] (16 rows x D) += the A fragment of block b (16 x 16) times the 16 x D
+ * slice at contraction rows k0.. of a tile stored [k][n], for both blocks b,
+ * every B fragment serving both: O += P V, or dQ += dS K. */
+template <int D>
+__device__ __forceinline__ void mma_two_blocks_by_tile(float (&acc)[2][D / 8][4], const uint32_t (&a0)[4],
+                                                       const uint32_t (&a1)[4], const uint16_t *kn_tile, int k0,
+                                                       int lane) {
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+        uint32_t bb[4];
+        frag_b_kn<D>(bb, kn_tile, n * 8, k0, lane);
+        mma_bf16(acc[0][n], a0, bb[0], bb[1]);
+        mma_bf16(acc[0][n + 1], a0, bb[2], bb[3]);
+        mma_bf16(acc[1][n], a1, bb[0], bb[1]);
+        mma_bf16(acc[1][n + 1], a1, bb[2], bb[3]);
+    }
+}
+
 template <int D>
 __global__ void __launch_bounds__(kForwardThreads, 2) flash_forward_kernel(float *out, float *lse, float *o_copy,
                                                                         const uint16_t *q16, const uint16_t *k16,
@@ -339,21 +357,13 @@ __global__ void __launch_bounds__(kForwardThreads, 2) flash_forward_kernel(float
                         l[bl][e / 2] += p;
                     }
             }
-            /* O += P V, every V fragment serving both blocks */
+            /* O += P V */
 #pragma unroll
             for (int kk = 0; kk < kStep / 16; ++kk) {
                 uint32_t a0[4], a1[4];
                 acc_as_a(a0, s[0][2 * kk], s[0][2 * kk + 1]);
                 acc_as_a(a1, s[1][2 * kk], s[1][2 * kk + 1]);
-#pragma unroll
-                for (int n = 0; n < D / 8; n += 2) {
-                    uint32_t bb[4];
-                    frag_b_kn<D>(bb, vst, n * 8, kk * 16, lane);
-                    mma_bf16(o[0][n], a0, bb[0], bb[1]);
-                    mma_bf16(o[0][n + 1], a0, bb[2], bb[3]);
-                    mma_bf16(o[1][n], a1, bb[0], bb[1]);
-                    mma_bf16(o[1][n + 1], a1, bb[2], bb[3]);
-                }
+                mma_two_blocks_by_tile<D>(o, a0, a1, vst, kk * 16, lane);
             }
         }
         __syncthreads(); /* the stage is free for the load after next */
@@ -566,15 +576,7 @@ __global__ void __launch_bounds__(kDqThreads, D == 64 ? 3 : 2) flash_backward_dq
                 uint32_t a0[4], a1[4];
                 acc_as_a(a0, dp[0][0], dp[0][1]);
                 acc_as_a(a1, dp[1][0], dp[1][1]);
-#pragma unroll
-                for (int n = 0; n < D / 8; n += 2) {
-                    uint32_t bb[4];
-                    frag_b_kn<D>(bb, kst, n * 8, hk * 16, lane);
-                    mma_bf16(dq[0][n], a0, bb[0], bb[1]);
-                    mma_bf16(dq[0][n + 1], a0, bb[2], bb[3]);
-                    mma_bf16(dq[1][n], a1, bb[0], bb[1]);
-                    mma_bf16(dq[1][n + 1], a1, bb[2], bb[3]);
-                }
+                mma_two_blocks_by_tile<D>(dq, a0, a1, kst, hk * 16, lane);
             }
         }
         __syncthreads();
