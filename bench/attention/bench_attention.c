@@ -21,16 +21,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include "bench_util.h"
+#include "model/attention.h"
 #include "model/model_ops.h"
-
-#define CUDA_OR_DIE(call)                                                                        \
-    do {                                                                                         \
-        cudaError_t e_ = (call);                                                                 \
-        if (e_ != cudaSuccess) {                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-            exit(2);                                                                             \
-        }                                                                                        \
-    } while (0)
 
 static void fill_normal(float *x, size_t n, uint64_t seed) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -56,7 +49,7 @@ static uint64_t fnv1a(const void *p, size_t bytes) {
 static uint64_t device_hash(const float *d, size_t n) {
     float *h = malloc(n * sizeof(float));
     if (!h) exit(2);
-    CUDA_OR_DIE(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
+    BENCH_CUDA_OR_DIE(cudaMemcpy(h, d, n * sizeof(float), cudaMemcpyDeviceToHost));
     const uint64_t v = fnv1a(h, n * sizeof(float));
     free(h);
     return v;
@@ -105,39 +98,39 @@ int main(int argc, char **argv) {
     const int64_t dim = heads * head_dim, tokens = batch * seq;
     const size_t qkv_n = (size_t)(tokens * 3 * dim), out_n = (size_t)(tokens * dim);
     const size_t probs_n = flash ? (size_t)(batch * heads * seq) + out_n : (size_t)(batch * heads * seq * seq);
-    size_t scratch_n = (size_t)flash_attention_scratch_floats(batch, seq, heads, head_dim);
-    if (!flash) scratch_n = (size_t)(batch * heads * seq * seq); /* generous: the exact path's own needs are smaller */
+    const size_t scratch_n = (size_t)(flash ? flash_attention_scratch_floats(batch, seq, heads, head_dim)
+                                            : attention_scratch_floats(batch, seq, heads, head_dim));
     float *h_qkv = malloc(qkv_n * sizeof(float)), *h_dout = malloc(out_n * sizeof(float));
     if (!h_qkv || !h_dout) return 2;
     fill_normal(h_qkv, qkv_n, 1);
     fill_normal(h_dout, out_n, 2);
     float *qkv, *dout, *out, *probs, *scratch, *dqkv;
-    CUDA_OR_DIE(cudaMalloc((void **)&qkv, qkv_n * sizeof(float)));
-    CUDA_OR_DIE(cudaMalloc((void **)&dout, out_n * sizeof(float)));
-    CUDA_OR_DIE(cudaMalloc((void **)&out, out_n * sizeof(float)));
-    CUDA_OR_DIE(cudaMalloc((void **)&probs, probs_n * sizeof(float)));
-    CUDA_OR_DIE(cudaMalloc((void **)&scratch, scratch_n * sizeof(float)));
-    CUDA_OR_DIE(cudaMalloc((void **)&dqkv, qkv_n * sizeof(float)));
-    CUDA_OR_DIE(cudaMemcpy(qkv, h_qkv, qkv_n * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OR_DIE(cudaMemcpy(dout, h_dout, out_n * sizeof(float), cudaMemcpyHostToDevice));
+    BENCH_CUDA_OR_DIE(cudaMalloc((void **)&qkv, qkv_n * sizeof(float)));
+    BENCH_CUDA_OR_DIE(cudaMalloc((void **)&dout, out_n * sizeof(float)));
+    BENCH_CUDA_OR_DIE(cudaMalloc((void **)&out, out_n * sizeof(float)));
+    BENCH_CUDA_OR_DIE(cudaMalloc((void **)&probs, probs_n * sizeof(float)));
+    BENCH_CUDA_OR_DIE(cudaMalloc((void **)&scratch, scratch_n * sizeof(float)));
+    BENCH_CUDA_OR_DIE(cudaMalloc((void **)&dqkv, qkv_n * sizeof(float)));
+    BENCH_CUDA_OR_DIE(cudaMemcpy(qkv, h_qkv, qkv_n * sizeof(float), cudaMemcpyHostToDevice));
+    BENCH_CUDA_OR_DIE(cudaMemcpy(dout, h_dout, out_n * sizeof(float), cudaMemcpyHostToDevice));
 
     cudaEvent_t ev[3];
-    for (int i = 0; i < 3; ++i) CUDA_OR_DIE(cudaEventCreate(&ev[i]));
+    for (int i = 0; i < 3; ++i) BENCH_CUDA_OR_DIE(cudaEventCreate(&ev[i]));
     float fwd_ms[1000], bwd_ms[1000];
     for (int r = -2; r < reps; ++r) { /* two warm-up rounds */
-        CUDA_OR_DIE(cudaEventRecord(ev[0], NULL));
+        BENCH_CUDA_OR_DIE(cudaEventRecord(ev[0], NULL));
         attention_forward_cuda(out, probs, scratch, qkv, batch, seq, heads, head_dim);
-        CUDA_OR_DIE(cudaEventRecord(ev[1], NULL));
+        BENCH_CUDA_OR_DIE(cudaEventRecord(ev[1], NULL));
         attention_backward_cuda(dqkv, scratch, dout, qkv, probs, batch, seq, heads, head_dim);
-        CUDA_OR_DIE(cudaEventRecord(ev[2], NULL));
-        CUDA_OR_DIE(cudaEventSynchronize(ev[2]));
+        BENCH_CUDA_OR_DIE(cudaEventRecord(ev[2], NULL));
+        BENCH_CUDA_OR_DIE(cudaEventSynchronize(ev[2]));
         if (model_cuda_status() != BFP8_OK) {
             fprintf(stderr, "bench_attention: %s\n", bfp8_last_error());
             return 1;
         }
         if (r >= 0) {
-            CUDA_OR_DIE(cudaEventElapsedTime(&fwd_ms[r], ev[0], ev[1]));
-            CUDA_OR_DIE(cudaEventElapsedTime(&bwd_ms[r], ev[1], ev[2]));
+            BENCH_CUDA_OR_DIE(cudaEventElapsedTime(&fwd_ms[r], ev[0], ev[1]));
+            BENCH_CUDA_OR_DIE(cudaEventElapsedTime(&bwd_ms[r], ev[1], ev[2]));
         }
     }
     qsort(fwd_ms, (size_t)reps, sizeof(float), cmp_float);

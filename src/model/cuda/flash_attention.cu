@@ -240,8 +240,7 @@ __global__ void rows_to_heads_kernel(uint16_t *x16, const float *x, int64_t toke
  * a CTA is 4 warps and two CTAs share an SM (2 x 104 KB of shared memory).
  * Every element sees the same products, in the same order, as with 16-row
  * warps, so the same bits. */
-constexpr int kForwardWarps = kBlockQ / 32;
-constexpr int kForwardThreads = 32 * kForwardWarps;
+constexpr int kPairThreads = kBlockQ; /* 128 queries, 32 a warp: 4 warps (the forward and dQ) */
 
 /* s[b] (16 rows x 8 NT columns, rows row0 + 16 b..) += rows of a_tile times
  * rows n0.. of nk_tile transposed, over all D, for both row blocks b. */
@@ -284,7 +283,7 @@ __device__ __forceinline__ void mma_two_blocks_by_tile(float (&acc)[2][D / 8][4]
 }
 
 template <int D>
-__global__ void __launch_bounds__(kForwardThreads, 2) flash_forward_kernel(float *out, float *lse, float *o_copy,
+__global__ void __launch_bounds__(kPairThreads, 2) flash_forward_kernel(float *out, float *lse, float *o_copy,
                                                                         const uint16_t *q16, const uint16_t *k16,
                                                                         const uint16_t *v16, int seq, int heads,
                                                                         float scale_log2) {
@@ -299,9 +298,9 @@ __global__ void __launch_bounds__(kForwardThreads, 2) flash_forward_kernel(float
     auto qrow = [&](int bl, int r) { return q0 + row0 + 16 * bl + g + 8 * r; };
     const int key_end = min(seq, q0 + kBlockQ), steps = (key_end + kStep - 1) / kStep;
 
-    load_async<kBlockQ, D, kForwardThreads>(qs, q16 + head, q0, seq);
-    load_async<kStep, D, kForwardThreads>(ks, k16 + head, 0, seq);
-    load_async<kStep, D, kForwardThreads>(vs, v16 + head, 0, seq);
+    load_async<kBlockQ, D, kPairThreads>(qs, q16 + head, q0, seq);
+    load_async<kStep, D, kPairThreads>(ks, k16 + head, 0, seq);
+    load_async<kStep, D, kPairThreads>(vs, v16 + head, 0, seq);
     cp_async_commit();
     float o[2][D / 8][4];
     zero(o[0]);
@@ -310,7 +309,7 @@ __global__ void __launch_bounds__(kForwardThreads, 2) flash_forward_kernel(float
 
     for (int kb = 0; kb < steps; ++kb) {
         const int k0 = kb * kStep, stage = kb & 1;
-        key_stage_ready<D, kForwardThreads>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
+        key_stage_ready<D, kPairThreads>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
         const uint16_t *kst = ks + stage * kStep * ld<D>(), *vst = vs + stage * kStep * ld<D>();
         /* some key of the stage is visible to the warp's first block, and so
          * to its second: stages start at multiples of 64 and the blocks at
@@ -507,12 +506,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqk
  * preceded it (stages of 64, bench/results/2026-12-02_h200_s16_flash_
  * attention.txt) in the same order: a stage runs when its 64-key pair would
  * have, keys past the diagonal included, so the bits are the same. */
-constexpr int kDqWarps = kBlockQ / 32;
-constexpr int kDqThreads = 32 * kDqWarps;
 constexpr int kDqStep = 32;
 
 template <int D>
-__global__ void __launch_bounds__(kDqThreads, D == 64 ? 3 : 2) flash_backward_dq_kernel(float *dqkv, const uint16_t *q16,
+__global__ void __launch_bounds__(kPairThreads, D == 64 ? 3 : 2) flash_backward_dq_kernel(float *dqkv, const uint16_t *q16,
                                                                        const uint16_t *k16, const uint16_t *v16,
                                                                        const uint16_t *do16, const float *lse,
                                                                        const float *dsum, int seq, int heads,
@@ -530,15 +527,15 @@ __global__ void __launch_bounds__(kDqThreads, D == 64 ? 3 : 2) flash_backward_dq
     auto qrow = [&](int bl, int r) { return q0 + row0 + 16 * bl + g + 8 * r; };
     /* the keys of whole 64-key stages, as before: past key_end they are masked (zero) */
     const int key_end = min(seq, q0 + kBlockQ), steps = (key_end + kStep - 1) / kStep * (kStep / kDqStep);
-    for (int i = threadIdx.x; i < kBlockQ; i += kDqThreads) {
+    for (int i = threadIdx.x; i < kBlockQ; i += kPairThreads) {
         const bool valid = q0 + i < seq;
         lse_s[i] = valid ? lse[bh * seq + q0 + i] : INFINITY;
         dsum_s[i] = valid ? dsum[bh * seq + q0 + i] : 0.0f;
     } /* (read after the first stage's __syncthreads) */
-    load_async<kBlockQ, D, kDqThreads>(qs, q16 + head, q0, seq);
-    load_async<kBlockQ, D, kDqThreads>(dos, do16 + head, q0, seq);
-    load_async<kDqStep, D, kDqThreads>(ks, k16 + head, 0, seq);
-    load_async<kDqStep, D, kDqThreads>(vs, v16 + head, 0, seq);
+    load_async<kBlockQ, D, kPairThreads>(qs, q16 + head, q0, seq);
+    load_async<kBlockQ, D, kPairThreads>(dos, do16 + head, q0, seq);
+    load_async<kDqStep, D, kPairThreads>(ks, k16 + head, 0, seq);
+    load_async<kDqStep, D, kPairThreads>(vs, v16 + head, 0, seq);
     cp_async_commit();
     float dq[2][D / 8][4];
     zero(dq[0]);
@@ -546,7 +543,7 @@ __global__ void __launch_bounds__(kDqThreads, D == 64 ? 3 : 2) flash_backward_dq
 
     for (int kb = 0; kb < steps; ++kb) {
         const int k0 = kb * kDqStep, stage = kb & 1;
-        key_stage_ready<D, kDqThreads, kDqStep>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
+        key_stage_ready<D, kPairThreads, kDqStep>(ks, vs, k16 + head, v16 + head, kb, steps, seq);
         const uint16_t *kst = ks + stage * kDqStep * ld<D>(), *vst = vs + stage * kDqStep * ld<D>();
         /* the 64-key stage holding k0 is visible to block 0, hence to block 1
          * (see the forward: no 64-key stage starts 16..31 rows past row0) */
@@ -569,9 +566,9 @@ __global__ void __launch_bounds__(kDqThreads, D == 64 ? 3 : 2) flash_backward_dq
                     for (int j = 0; j < 2; ++j)
 #pragma unroll
                         for (int e = 0; e < 4; ++e) {
-                            const int key = k0 + hk * 16 + j * 8 + 2 * t + (e & 1), lr = qrow(bl, e / 2) - q0;
-                            const float pv = key > q0 + lr ? 0.0f : exp2f(p[bl][j][e] * scale_log2 - lse_s[lr]);
-                            dp[bl][j][e] = pv * (dp[bl][j][e] - dsum_s[lr]);
+                            const int key = k0 + hk * 16 + j * 8 + 2 * t + (e & 1), q = qrow(bl, e / 2);
+                            const float pv = key > q ? 0.0f : exp2f(p[bl][j][e] * scale_log2 - lse_s[q - q0]);
+                            dp[bl][j][e] = pv * (dp[bl][j][e] - dsum_s[q - q0]);
                         }
                 uint32_t a0[4], a1[4];
                 acc_as_a(a0, dp[0][0], dp[0][1]);
@@ -636,7 +633,7 @@ void forward(float *out, float *probs, float *scratch, const float *qkv, int64_t
     float *lse = probs, *o_copy = probs + batch * heads * seq;
     const dim3 grid((unsigned)((seq + kBlockQ - 1) / kBlockQ), (unsigned)heads, (unsigned)batch);
     const float scale_log2 = kLog2e / sqrtf((float)D);
-    flash_forward_kernel<D><<<grid, kForwardThreads, forward_smem<D>(), stream()>>>(out, lse, o_copy, sp.q16, sp.k16, sp.v16,
+    flash_forward_kernel<D><<<grid, kPairThreads, forward_smem<D>(), stream()>>>(out, lse, o_copy, sp.q16, sp.k16, sp.v16,
                                                                            (int)seq, (int)heads, scale_log2);
     check_launch("flash attention forward");
 }
@@ -663,7 +660,7 @@ void backward(float *dqkv, float *scratch, const float *dout, const float *qkv, 
         dqkv, sp.q16, sp.k16, sp.v16, sp.do16, lse, sp.dsum, (int)seq, (int)heads, scale, scale_log2);
     check_launch("flash attention dK, dV");
     const dim3 grid_q((unsigned)((seq + kBlockQ - 1) / kBlockQ), (unsigned)heads, (unsigned)batch);
-    flash_backward_dq_kernel<D><<<grid_q, kDqThreads, dq_smem<D>(), stream()>>>(
+    flash_backward_dq_kernel<D><<<grid_q, kPairThreads, dq_smem<D>(), stream()>>>(
         dqkv, sp.q16, sp.k16, sp.v16, sp.do16, lse, sp.dsum, (int)seq, (int)heads, scale, scale_log2);
     check_launch("flash attention dQ");
 }
