@@ -9,7 +9,8 @@ Forward quantizes x 1x128 (both layouts, one read; f32 and bf16 as they
 are, other dtypes through bf16) and W 128x128 (W and W^T, one read) and runs
 y = x W^T as a 1D2D GEMM; backward quantizes dy (both layouts) and runs
 dx = dy W (1D2D) and dW = dy^T x (1D1D): all three GEMMs in FP8 (recipe
-"fp8-blockwise"), or dW in bf16 with torch (recipe "fp8-blockwise-bf16wgrad"). Every 128-wide k-block is promoted into fp32
+"fp8-blockwise"), or dW in bf16 with torch (recipe
+"fp8-blockwise-bf16wgrad"). Every 128-wide k-block is promoted into fp32
 (docs/RECIPE.md). What forward keeps for backward is the fp8 x^T and W^T.
 
 NaN or Inf in x, W or the output gradient makes its groups NaN and sets a
