@@ -18,7 +18,8 @@
  * of the unquantized inputs, SQNR >= 28 dB and calc_diff < 1e-3. Operands
  * are quantized by the CPU reference quantizer, so the fp8 data is exactly
  * what the library produces. Outputs are poisoned with NaN first, so an
- * element the kernel never writes fails the check.
+ * element the kernel never writes fails the check; 192 canary rows past D
+ * and the padding columns of a padded ld must come back untouched.
  */
 #define _POSIX_C_SOURCE 200809L /* setenv, clock_gettime */
 #include <math.h>
@@ -134,6 +135,41 @@ static void poison(bfp8_matrix *d) {
     free(nan_bytes);
 }
 
+/* Rows past D that no kernel may write: D is allocated with them, filled
+ * with kCanaryByte before the product and checked after it (the last row of
+ * 192-row tiles can leave two warpgroups' 64-row boxes wholly past D). */
+enum { kCanaryRows = 192 };
+static const unsigned char kCanaryByte = 0xa5;
+
+static void fill_canary(const bfp8_matrix *d, size_t d_bytes, size_t canary_bytes) {
+    unsigned char *canary = test_malloc(canary_bytes);
+    memset(canary, kCanaryByte, canary_bytes);
+    bfp8_copy_to_backend(gpu, (unsigned char *)d->data + d_bytes, canary, canary_bytes);
+    free(canary);
+}
+
+/* Nothing written past D's last row, nor (poisoned = D was poisoned before
+ * the product) into the padding columns of a row, which keep the poison. */
+static void check_untouched(const char *name, const bfp8_matrix *d, size_t d_bytes, size_t canary_bytes,
+                            int poisoned) {
+    unsigned char *raw = test_malloc(canary_bytes);
+    if (bfp8_copy_to_host(gpu, raw, (const unsigned char *)d->data + d_bytes, canary_bytes) != BFP8_OK)
+        test_fatal("copy to host: %s", bfp8_last_error());
+    size_t bad = 0;
+    for (size_t i = 0; i < canary_bytes; ++i) bad += raw[i] != kCanaryByte;
+    CHECK(bad == 0, "%s: %zu bytes written in the %d rows past D", name, bad, (int)kCanaryRows);
+    free(raw);
+    if (!poisoned || d->ld == d->cols) return;
+    const size_t esize = bfp8_dtype_size(d->dtype), row_bytes = (size_t)d->ld * esize;
+    raw = test_malloc(d_bytes);
+    if (bfp8_copy_to_host(gpu, raw, d->data, d_bytes) != BFP8_OK) test_fatal("copy to host: %s", bfp8_last_error());
+    bad = 0;
+    for (int64_t r = 0; r < d->rows; ++r)
+        for (size_t i = (size_t)d->cols * esize; i < row_bytes; ++i) bad += raw[(size_t)r * row_bytes + i] != 0xff;
+    CHECK(bad == 0, "%s: %zu bytes written in the padding columns of D's rows", name, bad);
+    free(raw);
+}
+
 /*
  * One product. 1D2D: a = M x K (1x128), b = N x K (128x128), out M x N.
  * 1D1D: a = N x M (1x128), b = K x M (1x128), out N x K; with accumulate 1,
@@ -153,8 +189,10 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
                  seed + 1);
 
     const int64_t ld = out_cols + (out_cols % 3 == 0 ? 8 : 0); /* sometimes a padded ld */
-    bfp8_matrix d = {gpu_alloc((size_t)(out_rows * ld) * bfp8_dtype_size(out_dtype)), out_dtype, out_rows,
-                     out_cols, ld};
+    const size_t d_bytes = (size_t)(out_rows * ld) * bfp8_dtype_size(out_dtype),
+                 canary_bytes = (size_t)(kCanaryRows * ld) * bfp8_dtype_size(out_dtype);
+    bfp8_matrix d = {gpu_alloc(d_bytes + canary_bytes), out_dtype, out_rows, out_cols, ld};
+    fill_canary(&d, d_bytes, canary_bytes);
     float *c_host = NULL;
     const int calls = accumulate == 1 ? 3 : 1;
     if (accumulate) {
@@ -180,6 +218,7 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
             CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, NULL, &d));
     }
     CHECK_OK(bfp8_context_synchronize(gpu));
+    check_untouched(name, &d, d_bytes, canary_bytes, accumulate != 1);
     float *out = download(&d);
     if (accumulate)
         for (int64_t r = 0; r < out_rows; ++r)
