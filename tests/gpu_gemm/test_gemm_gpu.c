@@ -127,12 +127,18 @@ static float *download(const bfp8_matrix *d) {
     return out;
 }
 
+/* bytes of device memory at dst, each set to byte */
+static void fill_device_bytes(void *dst, unsigned char byte, size_t bytes) {
+    unsigned char *host = test_malloc(bytes);
+    memset(host, byte, bytes);
+    CHECK_OK(bfp8_copy_to_backend(gpu, dst, host, bytes));
+    free(host);
+}
+
+static const unsigned char kPoisonByte = 0xff; /* all-ones: NaN in bf16 and f32 */
+
 static void poison(bfp8_matrix *d) {
-    const size_t bytes = (size_t)(d->rows * d->ld) * bfp8_dtype_size(d->dtype);
-    unsigned char *nan_bytes = test_malloc(bytes);
-    memset(nan_bytes, 0xff, bytes); /* all-ones: NaN in bf16 and f32 */
-    bfp8_copy_to_backend(gpu, d->data, nan_bytes, bytes);
-    free(nan_bytes);
+    fill_device_bytes(d->data, kPoisonByte, (size_t)(d->rows * d->ld) * bfp8_dtype_size(d->dtype));
 }
 
 /* Rows past D that no kernel may write: D is allocated with them, filled
@@ -140,13 +146,6 @@ static void poison(bfp8_matrix *d) {
  * 192-row tiles can leave two warpgroups' 64-row boxes wholly past D). */
 enum { kCanaryRows = 192 };
 static const unsigned char kCanaryByte = 0xa5;
-
-static void fill_canary(const bfp8_matrix *d, size_t d_bytes, size_t canary_bytes) {
-    unsigned char *canary = test_malloc(canary_bytes);
-    memset(canary, kCanaryByte, canary_bytes);
-    bfp8_copy_to_backend(gpu, (unsigned char *)d->data + d_bytes, canary, canary_bytes);
-    free(canary);
-}
 
 /* Nothing written past D's last row, nor (poisoned = D was poisoned before
  * the product) into the padding columns of a row, which keep the poison. */
@@ -165,7 +164,7 @@ static void check_untouched(const char *name, const bfp8_matrix *d, size_t d_byt
     if (bfp8_copy_to_host(gpu, raw, d->data, d_bytes) != BFP8_OK) test_fatal("copy to host: %s", bfp8_last_error());
     bad = 0;
     for (int64_t r = 0; r < d->rows; ++r)
-        for (size_t i = (size_t)d->cols * esize; i < row_bytes; ++i) bad += raw[(size_t)r * row_bytes + i] != 0xff;
+        for (size_t i = (size_t)d->cols * esize; i < row_bytes; ++i) bad += raw[(size_t)r * row_bytes + i] != kPoisonByte;
     CHECK(bad == 0, "%s: %zu bytes written in the padding columns of D's rows", name, bad);
     free(raw);
 }
@@ -192,7 +191,7 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
     const size_t d_bytes = (size_t)(out_rows * ld) * bfp8_dtype_size(out_dtype),
                  canary_bytes = (size_t)(kCanaryRows * ld) * bfp8_dtype_size(out_dtype);
     bfp8_matrix d = {gpu_alloc(d_bytes + canary_bytes), out_dtype, out_rows, out_cols, ld};
-    fill_canary(&d, d_bytes, canary_bytes);
+    fill_device_bytes((unsigned char *)d.data + d_bytes, kCanaryByte, canary_bytes);
     float *c_host = NULL;
     const int calls = accumulate == 1 ? 3 : 1;
     if (accumulate) {
