@@ -121,6 +121,11 @@ struct Params {
     const int *group_table;
     int group_n;
     int tiles_per_group;
+    /* Always 0. A math warp frees a stage only when (bits of the scales it
+     * read from the stage) & release_mask == 0: a test the compiler cannot
+     * fold, so the arrive waits for those shared-memory loads (see
+     * release_stage). */
+    uint32_t release_mask;
 };
 
 /* Whether a configuration has a kernel that splits its last wave (SPLITS):
@@ -460,12 +465,16 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * it) and start its 4 wgmma for row group g into acc. 1D2D: also load
              * B's scales of k-block kb now, so they land while the tensor core works. */
             auto issue = [&](int s, uint32_t ph, float(&acc)[ACC], const float *bs0, const float *bs1, float &sb0,
-                             float &sb1, const int g) {
+                             float &sb1, float &sa0, float &sa1, const int g) {
                 if constexpr (!B_1X128) {
                     sb0 = __ldg(bs0);
                     sb1 = BN > 128 ? __ldg(bs1) : sb0;
                 }
                 if (g == 0) mbar_wait_at(full_kept + 8 * s, ph);
+                if constexpr (!B_1X128) { /* A's row scales: read while the wgmma run, long before the release */
+                    sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
+                    sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
+                }
                 const uint32_t desc_a = desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4) + (uint32_t)g * (64 * BLOCK_K >> 4);
                 const uint32_t desc_b = desc_b_kept + (uint32_t)s * (L::B_BYTES >> 4);
                 fence_accumulators(acc);
@@ -478,14 +487,19 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 wgmma_commit();
             };
 
-            /* fin += scales * acc for the k-block kb held in stage s, then free the stage.
-             * SPLIT: 1D2D columns from SPLIT on use B's second scale block; it is
-             * a literal at each inlined call, so every FFMA reads one of four
-             * registers with no select. */
-            auto release_stage = [&](int s) {
-                /* this warp is done with the stage: its wgmma finished, its scales are read */
+            /* This warp is done with stage s: its wgmma finished, and `read` (the
+             * bits of the scales it loaded from the stage, OR-ed) proves its
+             * shared-memory loads returned. The arrive does not wait for a load
+             * still in flight (ptxas issues it before their first use), and
+             * the producer's next TMA into the stage could then land first:
+             * seen in session 19 as 8-64 rows of a tile promoted with the row
+             * scale of the k-block STAGES later, about one call in eight
+             * (bench/results/2026-12-02_gemm_1d2d_h200_s19_stage_release_race.txt).
+             * The test on `read` makes the arrive wait for every load instruction
+             * whose result went into it. */
+            auto release_stage = [&](int s, uint32_t read) {
                 __syncwarp();
-                if (lane == 0) {
+                if (lane == 0 && (read & p.release_mask) == 0) {
                     const uint32_t bar = empty_kept + 8 * s;
                     if constexpr (CLUSTER == 1) {
                         mbar_arrive_at(bar);
@@ -495,15 +509,26 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     }
                 }
             };
-            auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1, const int SPLIT) {
+            /* fin += scales * acc for the k-block kb held in stage s, then free the stage.
+             * 1D2D: sa0, sa1 as issue() read them; `also`: bits of loads from
+             * another stage still to be proven, or 0. SPLIT: 1D2D columns from
+             * SPLIT on use B's second scale block; it is a literal at each
+             * inlined call, so every FFMA reads one of four registers with no
+             * select. */
+            auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1, float sa0, float sa1, uint32_t also,
+                               const int SPLIT) {
                 fence_accumulators(acc);
-                const float sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
-                const float sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
-                if constexpr (!B_1X128) release_stage(s); /* 1D2D: nothing more to read from it */
+                if constexpr (B_1X128) {
+                    sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
+                    sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
+                }
+                uint32_t read = __float_as_uint(sa0) | __float_as_uint(sa1) | also;
+                if constexpr (!B_1X128) release_stage(s, read); /* 1D2D: nothing more to read from it */
                 if constexpr (B_1X128) {
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
                         const float2 v = ld_shared_f32x2(sb_kept + (uint32_t)s * L::SB_BYTES + 32u * j);
+                        read |= __float_as_uint(v.x);
                         fin[4 * j + 0] += (sa0 * v.x) * acc[4 * j + 0];
                         fin[4 * j + 1] += (sa0 * v.y) * acc[4 * j + 1];
                         fin[4 * j + 2] += (sa1 * v.x) * acc[4 * j + 2];
@@ -521,7 +546,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                         fin[4 * j + 3] += s1 * acc[4 * j + 3];
                     }
                 }
-                if constexpr (B_1X128) release_stage(s);
+                if constexpr (B_1X128) release_stage(s, read);
             };
 
             auto next_stage = [&](int &s, uint32_t &ph) {
@@ -535,8 +560,8 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * group in turn, B's column scales loaded once (while the first
              * group's wgmma run) and kept in registers for all of them. */
             auto step_row_groups = [&](const int s) {
-                float unused0 = 0.0f, unused1 = 0.0f;
-                issue(s, phase, acc, nullptr, nullptr, unused0, unused1, 0);
+                float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;
+                issue(s, phase, acc, nullptr, nullptr, unused0, unused1, unused2, unused3, 0);
                 float2 col_scale[BN / 8];
                 float row_scale[2 * RG];
 #pragma unroll
@@ -548,7 +573,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
 #pragma unroll
                 for (int g = 0; g < RG; ++g) {
                     if (g > 0) {
-                        issue(s, phase, acc, nullptr, nullptr, unused0, unused1, g);
+                        issue(s, phase, acc, nullptr, nullptr, unused0, unused1, unused2, unused3, g);
                         wgmma_wait<0>();
                     }
                     fence_accumulators(acc);
@@ -562,7 +587,13 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                         f[4 * j + 3] += (sa1 * col_scale[j].y) * acc[4 * j + 3];
                     }
                 }
-                release_stage(s);
+                /* Nothing to prove: every scale was loaded before the first group's
+                 * wgmma wait, and the column scales and group 0's row scales were used
+                 * by group 0's FFMAs, which read acc and so ran before the next
+                 * group's wgmma overwrote it. (Proving the last group's row scales
+                 * too cost 1.5% in session 19; tools/sass_release_audit.py checks
+                 * that the compiled kernel has no load in flight at the release.) */
+                release_stage(s, 0u);
             };
             /* One k-block in stage s with the current phase; 1D2D: B's scales
              * of the k-block at bs0 (and bs1 for BN=192's second block). */
@@ -570,10 +601,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 if constexpr (RG > 1) {
                     step_row_groups(s);
                 } else {
-                    float sb0 = 0.0f, sb1 = 0.0f;
-                    issue(s, phase, acc, bs0, bs1, sb0, sb1, 0);
+                    float sb0 = 0.0f, sb1 = 0.0f, sa0 = 0.0f, sa1 = 0.0f;
+                    issue(s, phase, acc, bs0, bs1, sb0, sb1, sa0, sa1, 0);
                     wgmma_wait<0>();
-                    promote(s, acc, sb0, sb1, split_tag);
+                    promote(s, acc, sb0, sb1, sa0, sa1, 0u, split_tag);
                 }
             };
             /* The ring of stages runs on across tiles: k-blocks up to the next
@@ -611,33 +642,36 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 const int nk = w.kb1 - w.kb0;
                 int s0 = stage, s1 = 0;
                 float sb00 = 0.0f, sb01 = 0.0f, sb10 = 0.0f, sb11 = 0.0f;
+                float sa00 = 0.0f, sa01 = 0.0f, sa10 = 0.0f, sa11 = 0.0f;
+                /* (a stage's release also proves the other stage's row-scale loads) */
+                auto bits2 = [](float x, float y) { return __float_as_uint(x) | __float_as_uint(y); };
                 /* one group (acc) in flight at the top of every iteration */
-                issue(stage, phase, acc, b_scales0, b_scales1, sb00, sb01, 0);
+                issue(stage, phase, acc, b_scales0, b_scales1, sb00, sb01, sa00, sa01, 0);
                 next_stage(stage, phase);
                 int kb = 0;
                 for (; kb + 2 < nk; kb += 2) {
                     s1 = stage;
-                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11, 0);
+                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11, sa10, sa11, 0);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
-                    promote(s0, acc, sb00, sb01, BN);
+                    promote(s0, acc, sb00, sb01, sa00, sa01, bits2(sa10, sa11), BN);
                     s0 = stage;
-                    issue(stage, phase, acc, b_scales0 + kb + 2, b_scales1 + kb + 2, sb00, sb01, 0);
+                    issue(stage, phase, acc, b_scales0 + kb + 2, b_scales1 + kb + 2, sb00, sb01, sa00, sa01, 0);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
-                    promote(s1, acc2, sb10, sb11, BN);
+                    promote(s1, acc2, sb10, sb11, sa10, sa11, bits2(sa00, sa01), BN);
                 }
                 if (kb + 1 < nk) { /* two k-blocks left */
                     s1 = stage;
-                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11, 0);
+                    issue(stage, phase, acc2, b_scales0 + kb + 1, b_scales1 + kb + 1, sb10, sb11, sa10, sa11, 0);
                     next_stage(stage, phase);
                     wgmma_wait<1>();
-                    promote(s0, acc, sb00, sb01, BN);
+                    promote(s0, acc, sb00, sb01, sa00, sa01, bits2(sa10, sa11), BN);
                     wgmma_wait<0>();
-                    promote(s1, acc2, sb10, sb11, BN);
+                    promote(s1, acc2, sb10, sb11, sa10, sa11, bits2(sa00, sa01), BN);
                 } else {
                     wgmma_wait<0>();
-                    promote(s0, acc, sb00, sb01, BN);
+                    promote(s0, acc, sb00, sb01, sa00, sa01, bits2(sa10, sa11), BN);
                 }
             };
             /* A BN=128 tile lies inside one 128-column block of B; a BN=192 tile

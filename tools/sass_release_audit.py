@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""sass_release_audit.py - check the compiled FP8 GEMM kernels for a stage
+released while one of its shared-memory loads is still in flight.
+
+A math warp frees a pipeline stage with an mbarrier arrive (SASS
+`SYNCS.ARRIVE...A1T0`). That instruction does not wait for shared-memory
+loads (LDS) issued before it: ptxas places it before their first use. The
+producer's next TMA into the stage can then land before such a load reads
+it (session 19 measured it: bench/results/2026-12-02_gemm_1d2d_h200_s19_stage_release_race.txt).
+The kernels make every arrive depend on the scales they loaded
+(release_stage in src/cuda/gemm_fp8_kernel.cuh); this audit checks the SASS:
+at each arrive, no LDS may still hold its write scoreboard (no instruction
+since the LDS waited on it). The scan is linear within straight-line code
+(a branch forgets what is pending), so it can miss a case across a branch,
+never invent one.
+
+    tools/sass_release_audit.py OBJECT_OR_SASS... [--cuobjdump PATH]
+
+Each argument is an object / cubin (disassembled with cuobjdump -sass) or a
+text file of cuobjdump -sass output. Prints one line per GEMM kernel; exit 1
+if any is unsafe, 77 when cuobjdump cannot be found (CTest: skipped).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+KERNEL = "gemm_fp8_blockwise_kernel"
+
+
+def find_cuobjdump(given):
+    if given:
+        return given
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    for root in ("/usr/local/cuda/bin",):
+        if os.access(os.path.join(root, "cuobjdump"), os.X_OK):
+            return os.path.join(root, "cuobjdump")
+    try:  # the PyPI wheel nvidia-cuda-cuobjdump puts it under nvidia/cu13/bin
+        import nvidia  # type: ignore
+
+        for base in nvidia.__path__:
+            for sub in ("cu13", "cuda_cuobjdump"):
+                p = os.path.join(base, sub, "bin", "cuobjdump")
+                if os.access(p, os.X_OK):
+                    return p
+    except ImportError:
+        pass
+    return None
+
+
+def control_bits(word):
+    """Scheduling control of an sm_90 instruction: bits 41+ of its second 64-bit word."""
+    c = int(word, 16) >> 41
+    return (c >> 5) & 7, (c >> 11) & 0x3F  # write scoreboard (7: none), wait mask
+
+
+def kernels(text):
+    """{function name: [(address, instruction, write scoreboard, wait mask)]}"""
+    out, name = {}, None
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        m = re.search(r"Function : (\S+)", line)
+        if m:
+            name = m.group(1)
+            out[name] = []
+            continue
+        m = re.match(r"\s+/\*([0-9a-f]{4,})\*/\s+(.*?);\s+/\* 0x[0-9a-f]+ \*/", line)
+        if m and name and i + 1 < len(lines):
+            hi = re.search(r"/\* (0x[0-9a-f]+) \*/", lines[i + 1])
+            if hi:
+                out[name].append((m.group(1), m.group(2).strip()) + control_bits(hi.group(1)))
+    return out
+
+
+def unsafe_releases(insts):
+    pending, bad = {}, []  # scoreboard -> address of the LDS holding it
+    for addr, text, wr, wait in insts:
+        for b in range(6):
+            if wait >> b & 1:
+                pending.pop(b, None)
+        words = text.split()
+        op = words[1] if words[0].startswith("@") else words[0]
+        if re.match(r"SYNCS\.ARRIVE\S*A1T0", op) and pending:
+            bad.append((addr, sorted(pending.values())))
+        if op.startswith("LDS") and wr != 7:
+            pending[wr] = addr
+        if op.startswith(("BRA", "EXIT", "RET", "CALL")):
+            pending.clear()
+    return bad
+
+
+def main(argv):
+    args, tool = [], None
+    it = iter(argv)
+    for a in it:
+        if a == "--cuobjdump":
+            tool = next(it, None)
+        else:
+            args.append(a)
+    if not args:
+        print(__doc__.strip().split("\n\n")[2], file=sys.stderr)
+        return 2
+    texts = []
+    for path in args:
+        if path.endswith((".o", ".cubin", ".a", ".so")):
+            tool = find_cuobjdump(tool)
+            if not tool:
+                print("sass_release_audit: no cuobjdump (PATH, /usr/local/cuda/bin, or pip nvidia-cuda-cuobjdump): skipped")
+                return 77
+            texts.append(subprocess.run([tool, "-sass", path], check=True, capture_output=True, text=True).stdout)
+        else:
+            with open(path) as f:
+                texts.append(f.read())
+    seen = unsafe = 0
+    for text in texts:
+        for name, insts in sorted(kernels(text).items()):
+            if KERNEL not in name:
+                continue
+            seen += 1
+            bad = unsafe_releases(insts)
+            short = re.sub(r"^.*" + KERNEL + r"I(.*?)EEEv.*$", r"\1", name)
+            arrives = sum(1 for i in insts if "SYNCS.ARRIVE" in i[1] and "A1T0" in i[1])
+            if bad:
+                unsafe += 1
+                print(f"UNSAFE {short}: {len(bad)} of {arrives} stage releases with a shared load in flight "
+                      f"(release at {bad[0][0]}, loads at {', '.join(bad[0][1])})")
+            else:
+                print(f"ok     {short}: {arrives} stage releases")
+    if seen == 0:
+        print("sass_release_audit: no GEMM kernel found in the input")
+        return 1
+    print(f"{seen} GEMM kernels, {unsafe} unsafe")
+    return 1 if unsafe else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
