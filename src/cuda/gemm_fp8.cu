@@ -430,13 +430,14 @@ bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_q
 }
 
 /* How the epilogue writes D: through shared memory and the TMA unit where
- * it can address D (16-byte aligned base and rows): 1D2D's bf16; 1D1D's
- * f32, stored, or added into D when D is the C accumulated (gradient
+ * it can address D (16-byte aligned base and rows): 1D2D's bf16 and f32;
+ * 1D1D's f32, stored, or added into D when D is the C accumulated (gradient
  * accumulation). Otherwise from registers. */
 template <bool B_1X128> int output_path(const Config &c, const Params &p) {
     const bool tma_ok = !c.direct_store && (uintptr_t)p.d % 16 == 0;
     if constexpr (!B_1X128) {
         if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_BF16 && p.ldd % 8 == 0) return bfp8_gemm::TMA_BF16;
+        if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32 && p.ldd % 4 == 0) return bfp8_gemm::TMA_F32;
     } else {
         if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32 && p.ldd % 4 == 0) return bfp8_gemm::TMA_F32;
         if (tma_ok && p.output_kind == bfp8_gemm::OUTPUT_F32_ACCUMULATE && p.c == p.d && p.ldc == p.ldd &&
@@ -452,6 +453,7 @@ bfp8_status dispatch(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_
     const int path = output_path<B_1X128>(c, p);
     if constexpr (!B_1X128) {
         if (path == bfp8_gemm::TMA_BF16) return launch_config<B_1X128, bfp8_gemm::TMA_BF16>(c, ctx, a, b, p);
+        if (path == bfp8_gemm::TMA_F32) return launch_config<B_1X128, bfp8_gemm::TMA_F32>(c, ctx, a, b, p);
     } else {
         if (path == bfp8_gemm::TMA_F32) return launch_config<B_1X128, bfp8_gemm::TMA_F32>(c, ctx, a, b, p);
         if (path == bfp8_gemm::TMA_F32_ADD) return launch_config<B_1X128, bfp8_gemm::TMA_F32_ADD>(c, ctx, a, b, p);
