@@ -18,7 +18,8 @@ never invent one.
 
 Each argument is an object / cubin (disassembled with cuobjdump -sass) or a
 text file of cuobjdump -sass output. Prints one line per GEMM kernel; exit 1
-if any is unsafe, 77 when cuobjdump cannot be found (CTest: skipped).
+if any is unsafe, 77 when cuobjdump (or the nvdisasm it runs) cannot be found
+(CTest: skipped).
 """
 import os
 import re
@@ -110,7 +111,13 @@ def main(argv):
             if not tool:
                 print("sass_release_audit: no cuobjdump (PATH, /usr/local/cuda/bin, or pip nvidia-cuda-cuobjdump): skipped")
                 return 77
-            texts.append(subprocess.run([tool, "-sass", path], check=True, capture_output=True, text=True).stdout)
+            # cuobjdump runs nvdisasm, which the PyPI wheels keep beside it
+            env = dict(os.environ, PATH=os.path.dirname(tool) + os.pathsep + os.environ.get("PATH", ""))
+            run = subprocess.run([tool, "-sass", path], capture_output=True, text=True, env=env)
+            if run.returncode != 0:
+                print(f"sass_release_audit: {tool} -sass {path} failed:\n{run.stderr.strip()}")
+                return 77 if "nvdisasm" in run.stderr else 1
+            texts.append(run.stdout)
         else:
             with open(path) as f:
                 texts.append(f.read())
