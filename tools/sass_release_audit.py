@@ -109,7 +109,8 @@ def main(argv):
         if path.endswith((".o", ".cubin", ".a", ".so")):
             tool = find_cuobjdump(tool)
             if not tool:
-                print("sass_release_audit: no cuobjdump (PATH, /usr/local/cuda/bin, or pip nvidia-cuda-cuobjdump): skipped")
+                print("sass_release_audit: no cuobjdump (PATH, /usr/local/cuda/bin, or the pip wheel "
+                      "nvidia-cuda-cuobjdump): skipped")
                 return 77
             # cuobjdump runs nvdisasm, which the PyPI wheels keep beside it
             env = dict(os.environ, PATH=os.path.dirname(tool) + os.pathsep + os.environ.get("PATH", ""))

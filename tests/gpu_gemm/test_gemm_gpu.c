@@ -275,8 +275,9 @@ static void check_repeatable(enum gemm_kind kind, int64_t out_rows, int64_t out_
         bfp8_copy_to_host(gpu, call ? again : first, d.data, bytes);
         if (call > 0 && memcmp(first, again, bytes) != 0) differ++;
     }
-    CHECK(differ == 0, "%s %lldx%lld over %lld: %d of %d calls differ from the first", kind == GEMM_1D2D ? "1d2d" : "1d1d",
-          (long long)out_rows, (long long)out_cols, (long long)contraction, differ, calls - 1);
+    CHECK(differ == 0, "%s %lldx%lld over %lld: %d of %d calls differ from the first",
+          kind == GEMM_1D2D ? "1d2d" : "1d1d", (long long)out_rows, (long long)out_cols, (long long)contraction, differ,
+          calls - 1);
     printf("  repeatable %s %lldx%lld over %lld -> %s, %d calls [%s]\n", kind == GEMM_1D2D ? "1d2d" : "1d1d",
            (long long)out_rows, (long long)out_cols, (long long)contraction, bfp8_dtype_name(dt), calls,
            getenv("BFP8_GEMM_CONFIG") ? getenv("BFP8_GEMM_CONFIG") : "auto");
