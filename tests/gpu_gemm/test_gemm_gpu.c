@@ -272,7 +272,7 @@ static void check_repeatable(enum gemm_kind kind, int64_t out_rows, int64_t out_
         if (kind == GEMM_1D2D) CHECK_OK(bfp8_gemm_1d2d(gpu, &a.dev, &b.dev, &d));
         else CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, NULL, &d));
         CHECK_OK(bfp8_context_synchronize(gpu));
-        bfp8_copy_to_host(gpu, call ? again : first, d.data, bytes);
+        CHECK_OK(bfp8_copy_to_host(gpu, call ? again : first, d.data, bytes));
         if (call > 0 && memcmp(first, again, bytes) != 0) differ++;
     }
     CHECK(differ == 0, "%s %lldx%lld over %lld: %d of %d calls differ from the first",
