@@ -73,7 +73,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--no-flash") == 0) flash = 0;
         else if (strcmp(a, "--tf32") == 0) tf32 = 1;
         else {
-            fprintf(stderr, "usage: %s [--batch B] [--seq T] [--heads H] [--head-dim D] [--reps N] [--no-flash] [--tf32]\n",
+            fprintf(stderr,
+                    "usage: %s [--batch B] [--seq T] [--heads H] [--head-dim D] [--reps N] [--no-flash] [--tf32]\n",
                     argv[0]);
             return 2;
         }

@@ -605,7 +605,8 @@ static int run_problem(bench_env *env, problem_result *r) {
     const variant_result *lt = &r->v[v_lt], *bfp8 = &r->v[v_bfp8];
     if (!p.wgrad) {
         add_check(r, "bfp8-1d2d vs lt-1d2d", CHECK_BAR_DB);
-        if (bfp8->ran && lt->ran) compare_outputs(&p, &r->checks[r->nchecks - 1], p.d_lt, BFP8_BF16, p.d_bfp8, BFP8_BF16);
+        if (bfp8->ran && lt->ran)
+            compare_outputs(&p, &r->checks[r->nchecks - 1], p.d_lt, BFP8_BF16, p.d_bfp8, BFP8_BF16);
         add_check(r, "bf16 vs lt-1d2d", 0.0);
         if (r->v[V_BF16].ran && lt->ran)
             compare_outputs(&p, &r->checks[r->nchecks - 1], p.d_lt, BFP8_BF16, p.d_bf16base, BFP8_BF16);
@@ -617,7 +618,8 @@ static int run_problem(bench_env *env, problem_result *r) {
         const variant_result *bfp8_bf16 = &r->v[v_bfp8_bf16];
         add_check(r, p.lt_dtype == BFP8_F32 ? "bfp8-1d1d-f32 vs lt-1d1d (on c0)" : "bfp8-1d1d-f32 vs lt-1d1d",
                   CHECK_BAR_DB);
-        if (bfp8->ran && lt->ran) compare_outputs(&p, &r->checks[r->nchecks - 1], p.d_lt, p.lt_dtype, p.d_bfp8, BFP8_F32);
+        if (bfp8->ran && lt->ran)
+            compare_outputs(&p, &r->checks[r->nchecks - 1], p.d_lt, p.lt_dtype, p.d_bfp8, BFP8_F32);
         add_check(r, "bfp8-1d1d-bf16 vs lt-1d1d", CHECK_BAR_DB);
         if (bfp8_bf16->ran && lt->ran)
             compare_outputs(&p, &r->checks[r->nchecks - 1], lt_plain, p.lt_dtype, p.d_bfp8_bf16, BFP8_BF16);
@@ -988,7 +990,8 @@ int main(int argc, char **argv) {
     env.soak_seconds = soak;
     bench_device_info_read(0, &env.device);
     bench_device_info_print(stdout, &env.device);
-    printf("warm-up %d, timed calls %d (median; the variants of a shape interleaved call by call), cross-check bar %.0f dB\n",
+    printf("warm-up %d, timed calls %d (median; the variants of a shape interleaved call by call), cross-check bar "
+           "%.0f dB\n",
            warmup, reps, CHECK_BAR_DB);
     BENCH_BFP8_OR_DIE(bfp8_context_create(&env.ctx, BFP8_BACKEND_CUDA, 0));
     BENCH_CUDA_OR_DIE(cudaStreamCreate(&env.stream));

@@ -248,8 +248,9 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
 __device__ __forceinline__ void bulk_load_hint(void *smem, const void *gmem, uint32_t bytes, uint64_t *bar,
                                                uint64_t pol) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(sptr(bar)), "r"(bytes) : "memory");
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
-                 ::"r"(sptr(smem)), "l"(gmem), "r"(bytes), "r"(sptr(bar)), "l"(pol) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;" ::"r"(sptr(smem)), "l"(gmem), "r"(bytes), "r"(sptr(bar)), "l"(pol)
+                 : "memory");
 }
 __device__ __forceinline__ void bulk_store_hint(void *gmem, const void *smem, uint32_t bytes, uint64_t pol) {
     asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(gmem),
@@ -332,7 +333,8 @@ __global__ void __launch_bounds__(256) probe_bulk_codes(const uint8_t *__restric
             } else {
                 /* piece c = 16384 codes = a 128 x 128 tile (r0, c0) of x in tile order */
                 const int64_t col_tiles = cols / 128, r0 = c / col_tiles * 128, c0 = c % col_tiles * 128;
-                for (int j = 0; j < 128; ++j) bulk_store(out1 + (c0 + j) * rows + r0, out_mem + ob * kOut + j * 128, 128);
+                for (int j = 0; j < 128; ++j)
+                    bulk_store(out1 + (c0 + j) * rows + r0, out_mem + ob * kOut + j * 128, 128);
             }
             bulk_commit();
             if (k + kStages < mine) bulk_load(stage_mem + s * kIn, x + chunk(k + kStages) * kIn, kIn, &full[s]);
@@ -446,7 +448,8 @@ int main(int argc, char **argv) {
         float hold_ms, copy_ms;
         PROBE_CHECK(cudaEventElapsedTime(&hold_ms, e0, e1));
         PROBE_CHECK(cudaEventElapsedTime(&copy_ms, e0, e2));
-        printf("SMs held %.3f ms; a 256 MiB cudaMemcpy D2D started beside it finished after %.3f ms\n", hold_ms, copy_ms);
+        printf("SMs held %.3f ms; a 256 MiB cudaMemcpy D2D started beside it finished after %.3f ms\n", hold_ms,
+               copy_ms);
     }
     auto report = [&](const char *name, double ms, double bytes) {
         const size_t half = std::min((size_t)(bytes / 2) / 16 * 16, big);
@@ -460,11 +463,13 @@ int main(int argc, char **argv) {
     report("copy (own kernel)",
            median_ms([&] { probe_copy<<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
            4.0 * n);
-    report("half: read 2, write 1",
-           median_ms([&] { probe_codes<false><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, nullptr, n / 16); }, reps),
-           3.0 * n);
+    report(
+        "half: read 2, write 1",
+        median_ms([&] { probe_codes<false><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, nullptr, n / 16); }, reps),
+        3.0 * n);
     report("two-seq: read 2, write 1+1",
-           median_ms([&] { probe_codes<true><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, (uint4 *)o1, n / 16); }, reps),
+           median_ms([&] { probe_codes<true><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, (uint4 *)o1, n / 16); },
+                     reps),
            4.0 * n);
     report("tile-q+t: read 2, write 1+1T",
            median_ms([&] { probe_tile_qt<false><<<grid, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
@@ -479,7 +484,8 @@ int main(int argc, char **argv) {
                4.0 * n);
     }
     report("copy, 4 vectors in flight",
-           median_ms([&] { probe_copy_unrolled<false><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
+           median_ms([&] { probe_copy_unrolled<false><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); },
+                     reps),
            4.0 * n);
     {
         auto k6 = probe_bulk_copy<32768, 6>;
@@ -514,38 +520,54 @@ int main(int argc, char **argv) {
         PROBE_CHECK(cudaFuncSetAttribute(k8, cudaFuncAttributeMaxDynamicSharedMemorySize, 6 * 8192));
         report("bulk copy 8K x 6, 4 CTA/SM",
                median_ms([&] { k8<<<4 * sms, 32, 6 * 8192>>>(x, o0, (int64_t)(2 * n / 8192)); }, reps), 4.0 * n);
-        report("copy nc, 4 in flight, .cs",
-               median_ms([&] { probe_copy_unrolled<true><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); }, reps),
-               4.0 * n);
+        report(
+            "copy nc, 4 in flight, .cs",
+            median_ms([&] { probe_copy_unrolled<true><<<grid * 4, 256>>>((const uint4 *)x, (uint4 *)o0, 2 * n / 16); },
+                      reps),
+            4.0 * n);
         const int n_tiles = (int)(rows / 128 * (cols / 128));
-        report("tile-q+t, one tile a CTA",
-               median_ms([&] { probe_tile_qt<false><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
-               4.0 * n);
+        report(
+            "tile-q+t, one tile a CTA",
+            median_ms([&] { probe_tile_qt<false><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+            4.0 * n);
         report("tile-q+t, one a CTA, t evict-last",
-               median_ms([&] { probe_tile_qt<false, 1><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+               median_ms([&] { probe_tile_qt<false, 1><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); },
+                         reps),
                4.0 * n);
         report("tile-q+t, one a CTA, t evict-first",
-               median_ms([&] { probe_tile_qt<false, 2><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
+               median_ms([&] { probe_tile_qt<false, 2><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); },
+                         reps),
                4.0 * n);
         report("t tile by tile, one a CTA",
                median_ms([&] { probe_tile_qt<true><<<n_tiles, 256>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
                4.0 * n);
         if (rows % 512 == 0)
-            report("stack-q+t, one stack a CTA",
-                   median_ms([&] { probe_stack_qt<<<n_tiles / 4, 256, 65536>>>((const uint16_t *)x, rows, cols, o0, o1); }, reps),
-                   4.0 * n);
+            report(
+                "stack-q+t, one stack a CTA",
+                median_ms([&] { probe_stack_qt<<<n_tiles / 4, 256, 65536>>>((const uint16_t *)x, rows, cols, o0, o1); },
+                          reps),
+                4.0 * n);
         report("bulk copy 32K x 6, cs -> cd",
                median_ms([&] { k6<<<sms, 32, 6 * 32768>>>(cs, cd, (int64_t)(2 * n / 32768)); }, reps), 4.0 * n);
         report("cudaMemcpy x -> o0",
                median_ms([&] { PROBE_CHECK(cudaMemcpyAsync(o0, x, 2 * n, cudaMemcpyDeviceToDevice)); }, reps), 4.0 * n);
         report("blocks 16K, 256 thr",
-               median_ms([&] { probe_copy_blocks<16384, 256><<<2 * n / 16384, 256>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
+               median_ms([&] { probe_copy_blocks<16384, 256><<<2 * n / 16384, 256>>>((const uint4 *)x, (uint4 *)o0); },
+                         reps),
+               4.0 * n);
         report("blocks 64K, 256 thr",
-               median_ms([&] { probe_copy_blocks<65536, 256><<<2 * n / 65536, 256>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
+               median_ms([&] { probe_copy_blocks<65536, 256><<<2 * n / 65536, 256>>>((const uint4 *)x, (uint4 *)o0); },
+                         reps),
+               4.0 * n);
         report("blocks 8K, 128 thr",
-               median_ms([&] { probe_copy_blocks<8192, 128><<<2 * n / 8192, 128>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
-        report("blocks 64K, 1024 thr",
-               median_ms([&] { probe_copy_blocks<65536, 1024><<<2 * n / 65536, 1024>>>((const uint4 *)x, (uint4 *)o0); }, reps), 4.0 * n);
+               median_ms([&] { probe_copy_blocks<8192, 128><<<2 * n / 8192, 128>>>((const uint4 *)x, (uint4 *)o0); },
+                         reps),
+               4.0 * n);
+        report(
+            "blocks 64K, 1024 thr",
+            median_ms([&] { probe_copy_blocks<65536, 1024><<<2 * n / 65536, 1024>>>((const uint4 *)x, (uint4 *)o0); },
+                      reps),
+            4.0 * n);
         auto k16 = probe_bulk_copy<16384, 4>;
         PROBE_CHECK(cudaFuncSetAttribute(k16, cudaFuncAttributeMaxDynamicSharedMemorySize, 4 * 16384));
         report("bulk copy 16K x 4, 3 CTA/SM",
@@ -553,8 +575,10 @@ int main(int argc, char **argv) {
         const int smem4 = 4 * 32768 + 2 * 16384, smem2 = 2 * 32768 + 2 * 16384;
         auto c4 = probe_bulk_codes<4, false>, t4 = probe_bulk_codes<4, true>;
         auto c2 = probe_bulk_codes<2, false>, t2 = probe_bulk_codes<2, true>;
-        for (auto f : {c4, t4}) PROBE_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem4));
-        for (auto f : {c2, t2}) PROBE_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2));
+        for (auto f : {c4, t4})
+            PROBE_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem4));
+        for (auto f : {c2, t2})
+            PROBE_CHECK(cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, smem2));
         report("bulk two-seq 4 st, 1 CTA/SM",
                median_ms([&] { c4<<<sms, 256, smem4>>>(x, rows, cols, o0, o1); }, reps), 4.0 * n);
         report("bulk two-seq 2 st, 2 CTA/SM",

@@ -178,8 +178,8 @@ static_assert(sizeof CANDIDATE_SPEED[0] / sizeof CANDIDATE_SPEED[0][0] == NUM_CA
 
 template <int BM, int BN, bool B_1X128, int TMA_OUT> constexpr int stages_for() {
     constexpr bool STAGING = TMA_OUT != bfp8_gemm::TMA_NONE;
-    constexpr int limit =
-        227 * 1024 - bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>::STAGING_BYTES * bfp8_gemm::Warps<BM>::MATH_WG;
+    constexpr int limit = 227 * 1024 - bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>::STAGING_BYTES *
+                                           bfp8_gemm::Warps<BM>::MATH_WG;
     constexpr int per_stage = bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1>::STAGE_BYTES;
     constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0); /* + alignment of the staging buffers */
     constexpr int fit = (limit - fixed) / (per_stage + 16);
@@ -327,8 +327,9 @@ bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qm
             BFP8_TRY(bfp8_cuda_tensor_map_2d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, row_bytes, BN / 2, 64,
                                              CU_TENSOR_MAP_SWIZZLE_NONE, "d"));
         else if (B_1X128 && groups > 0)
-            BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, (uint64_t)groups, row_bytes,
-                                             row_bytes * (uint64_t)p.m, box_cols, 64, CU_TENSOR_MAP_SWIZZLE_128B, "d"));
+            BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, (uint64_t)groups,
+                                             row_bytes, row_bytes * (uint64_t)p.m, box_cols, 64,
+                                             CU_TENSOR_MAP_SWIZZLE_128B, "d"));
         else
             BFP8_TRY(bfp8_cuda_tensor_map_2d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, row_bytes, box_cols, 64,
                                              CU_TENSOR_MAP_SWIZZLE_128B, "d"));

@@ -475,7 +475,8 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
                     sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
                 }
-                const uint32_t desc_a = desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4) + (uint32_t)g * (64 * BLOCK_K >> 4);
+                const uint32_t desc_a =
+                    desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4) + (uint32_t)g * (64 * BLOCK_K >> 4);
                 const uint32_t desc_b = desc_b_kept + (uint32_t)s * (L::B_BYTES >> 4);
                 fence_accumulators(acc);
                 wgmma_fence();
@@ -565,7 +566,8 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 float2 col_scale[BN / 8];
                 float row_scale[2 * RG];
 #pragma unroll
-                for (int j = 0; j < BN / 8; ++j) col_scale[j] = ld_shared_f32x2(sb_kept + (uint32_t)s * L::SB_BYTES + 32u * j);
+                for (int j = 0; j < BN / 8; ++j)
+                    col_scale[j] = ld_shared_f32x2(sb_kept + (uint32_t)s * L::SB_BYTES + 32u * j);
 #pragma unroll
                 for (int i = 0; i < 2 * RG; ++i) /* rows 64 g + (0 or 8) */
                     row_scale[i] = ld_shared_f32(sa_kept + s * (BM * 4) + ((i / 2) * 64 + (i % 2) * 8) * 4);

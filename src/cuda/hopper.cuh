@@ -95,7 +95,9 @@ __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wa
 /* Let the next grid of the stream be scheduled once every CTA of this one
  * has run this (or exited): its CTAs then start as ours leave the SMs and
  * wait in griddep_wait, so its launch overlaps our last wave. */
-__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
 
 /* ------------------------------------------------------------------------ */
 /* TMA                                                                       */
@@ -243,7 +245,8 @@ template <int N> __device__ __forceinline__ void fence_accumulators(float (&d)[N
 }
 
 /* D(64 x 128, f32) (+)= A(64 x 32, e4m3, smem) . B(128 x 32, e4m3, smem)^T; d holds 64 f32 per thread. */
-__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+__device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                                      int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %66, 0;\n"
@@ -265,7 +268,8 @@ __device__ __forceinline__ void wgmma_m64n128k32_e4m3(float (&d)[64], uint64_t d
 }
 
 /* D(64 x 192, f32) (+)= A(64 x 32, e4m3, smem) . B(192 x 32, e4m3, smem)^T; d holds 96 f32 per thread. */
-__device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+__device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t desc_a, uint64_t desc_b,
+                                                      int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %98, 0;\n"
@@ -312,7 +316,8 @@ __device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], uint64_t de
 }
 
 /* D(64 x 112, f32) (+)= A(64 x 32, e4m3, smem) . B(112 x 32, e4m3, smem)^T; d holds 56 f32 per thread. */
-__device__ __forceinline__ void wgmma_m64n112k32_e4m3(float (&d)[56], uint64_t desc_a, uint64_t desc_b, int accumulate) {
+__device__ __forceinline__ void wgmma_m64n112k32_e4m3(float (&d)[56], uint64_t desc_a, uint64_t desc_b,
+                                                      int accumulate) {
     asm volatile(
         "{\n.reg .pred p;\n"
         "setp.ne.b32 p, %58, 0;\n"

@@ -803,7 +803,8 @@ bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, cons
         if (cacheable) resident[ctx->device].store(per_sm, std::memory_order_release);
     }
     tile_args warmed = args; /* the CTAs of the first wave warm L2 */
-    warmed.warm_ctas = g_warm_l2.load(std::memory_order_relaxed) ? (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms : 0;
+    warmed.warm_ctas =
+        g_warm_l2.load(std::memory_order_relaxed) ? (int64_t)per_sm * bfp8_cuda_state_of(ctx)->num_sms : 0;
     CUtensorMap tmap_x = {}; /* TMA staging: x in boxes of one tile */
     if constexpr (kernel_shape<In>::kTmaLoads && kAligned)
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,

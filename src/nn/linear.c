@@ -40,8 +40,9 @@ bfp8_status bfp8_recipe_from_name(const char *name, bfp8_recipe *recipe) {
             *recipe = (bfp8_recipe)i;
             return BFP8_OK;
         }
-    return bfp8_fail(BFP8_ERR_INVALID_VALUE,
-                     "bfp8_recipe_from_name: unknown recipe \"%s\" (expected bf16, fp8-blockwise or fp8-blockwise-bf16wgrad)", name);
+    return bfp8_fail(
+        BFP8_ERR_INVALID_VALUE,
+        "bfp8_recipe_from_name: unknown recipe \"%s\" (expected bf16, fp8-blockwise or fp8-blockwise-bf16wgrad)", name);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -250,7 +251,8 @@ static bfp8_status linear_backward(bfp8_linear *lin, const void *dy, bfp8_dtype 
     BFP8_TRY(check_ready(lin, fn));
     if (dtype == BFP8_F32) BFP8_TRY(check_f32_recipe(lin, fn));
     if (lin->tokens == 0)
-        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no forward to differentiate (call bfp8_linear_forward first)", fn);
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no forward to differentiate (call bfp8_linear_forward first)",
+                         fn);
     if (accumulate != 0 && accumulate != 1)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: accumulate must be 0 or 1", fn);
     char what[64];

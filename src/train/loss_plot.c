@@ -207,10 +207,12 @@ bfp8_status plot_losses(const char *png_path, const run_metrics *runs, int num_r
             while (end < base->count && isfinite(gap[r][end])) ++end;
             draw_polyline(&c, &lower, base->step + first, gap[r] + first, end - first, 1.5, col);
             for (size_t i = 0; i < runs[0].val.count; ++i) {
-                const double mine = value_at(runs[r].val.step, runs[r].val.value, runs[r].val.count, runs[0].val.step[i]);
+                const double mine =
+                    value_at(runs[r].val.step, runs[r].val.value, runs[r].val.count, runs[0].val.step[i]);
                 const double g = 100.0 * (mine - runs[0].val.value[i]) / runs[0].val.value[i];
                 if (isfinite(g))
-                    canvas_dot(&c, px(&lower, runs[0].val.step[i]), py(&lower, fmin(fmax(g, lower.y0), lower.y1)), 3.0, col);
+                    canvas_dot(&c, px(&lower, runs[0].val.step[i]), py(&lower, fmin(fmax(g, lower.y0), lower.y1)), 3.0,
+                               col);
             }
         }
         snprintf(text, sizeof text, "relative gap to %s: smoothed train (line), val (dots)", runs[0].label);

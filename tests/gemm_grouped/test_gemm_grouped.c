@@ -374,8 +374,8 @@ static void check_graph_capture(uint64_t seed) {
             bfp8_copy_to_host(ctx, got_dw, dw.data, dw_bytes);
             CHECK(memcmp(want_y, got_y, y_bytes) == 0, "replay %d: the captured 1D2D differs from the uncaptured one",
                   replay);
-            CHECK(memcmp(want_dw, got_dw, dw_bytes) == 0, "replay %d: the captured 1D1D differs from the uncaptured one",
-                  replay);
+            CHECK(memcmp(want_dw, got_dw, dw_bytes) == 0,
+                  "replay %d: the captured 1D1D differs from the uncaptured one", replay);
         }
         cudaGraphExecDestroy(exec);
     } else {

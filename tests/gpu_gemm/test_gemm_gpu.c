@@ -164,7 +164,8 @@ static void check_untouched(const char *name, const bfp8_matrix *d, size_t d_byt
     if (bfp8_copy_to_host(gpu, raw, d->data, d_bytes) != BFP8_OK) test_fatal("copy to host: %s", bfp8_last_error());
     bad = 0;
     for (int64_t r = 0; r < d->rows; ++r)
-        for (size_t i = (size_t)d->cols * esize; i < row_bytes; ++i) bad += raw[(size_t)r * row_bytes + i] != kPoisonByte;
+        for (size_t i = (size_t)d->cols * esize; i < row_bytes; ++i)
+            bad += raw[(size_t)r * row_bytes + i] != kPoisonByte;
     CHECK(bad == 0, "%s: %zu bytes written in the padding columns of D's rows", name, bad);
     free(raw);
 }
@@ -237,7 +238,8 @@ static void run_case(enum gemm_kind kind, int64_t out_rows, int64_t out_cols, in
             const int64_t tr = i == 0 || i == 1 ? 0 : i == 2 || i == 3 ? last_r : test_rng_range(&rng, 0, last_r);
             const int64_t tc = i == 0 || i == 2 ? 0 : i == 1 || i == 3 ? last_c : test_rng_range(&rng, 0, last_c);
             const int64_t r0 = tr * 128, c0 = tc * 128;
-            const int64_t r1 = r0 + 128 < out_rows ? r0 + 128 : out_rows, c1 = c0 + 128 < out_cols ? c0 + 128 : out_cols;
+            const int64_t r1 = r0 + 128 < out_rows ? r0 + 128 : out_rows,
+                          c1 = c0 + 128 < out_cols ? c0 + 128 : out_cols;
             float *tile = test_malloc((size_t)((r1 - r0) * (c1 - c0)) * sizeof(float));
             for (int64_t r = r0; r < r1; ++r)
                 memcpy(tile + (r - r0) * (c1 - c0), out + r * out_cols + c0, (size_t)(c1 - c0) * sizeof(float));

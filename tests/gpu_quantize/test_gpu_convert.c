@@ -53,7 +53,7 @@ static uint32_t random_f32_bits(test_rng *rng) {
     case 3: return sign | 0x7f800000u;                                       /* +-Inf */
     case 4: return sign | (uint32_t)(0x43600000u + lo % 0x01000000u);        /* 224 .. 65536: e4m3/e5m2 edge */
     case 5: return sign | ((0x3a800000u + lo % 0x01800000u) & 0xffe00000u); /* e4m3 subnormal ties, 2^-10..2^-8 */
-    case 6: {                                                                /* exact halfway points of e4m3/e5m2/bf16 */
+    case 6: {                                                               /* exact halfway points of e4m3/e5m2/bf16 */
         const int e = (int)((u >> 40) % 60) - 30;
         const uint32_t mant = (uint32_t)((u >> 20) & 0xfu);
         const int which = (int)((u >> 50) % 3);

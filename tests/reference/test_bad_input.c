@@ -547,7 +547,8 @@ static void test_flag_alignment(const operands *o) {
 static int64_t padding_touched(const unsigned char *data, int64_t rows, int64_t cols, int64_t ld, size_t elem) {
     int64_t touched = 0;
     for (int64_t r = 0; r < rows; ++r)
-        for (size_t b = (size_t)cols * elem; b < (size_t)ld * elem; ++b) touched += data[(size_t)r * ld * elem + b] != CANARY;
+        for (size_t b = (size_t)cols * elem; b < (size_t)ld * elem; ++b)
+            touched += data[(size_t)r * ld * elem + b] != CANARY;
     return touched;
 }
 

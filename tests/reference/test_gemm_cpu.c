@@ -218,8 +218,10 @@ static void test_bf16(int64_t m, int64_t n, int64_t k, uint64_t seed) {
     for (int ta = 0; ta <= 1; ++ta)
         for (int tb = 0; tb <= 1; ++tb)
             for (int mode = 0; mode < 3; ++mode) { /* f32, bf16, f32 accumulate in place */
-                const bfp8_matrix am = ta ? (bfp8_matrix){a_t, BFP8_BF16, k, m, m} : (bfp8_matrix){a_n, BFP8_BF16, m, k, k};
-                const bfp8_matrix bm = tb ? (bfp8_matrix){b_t, BFP8_BF16, k, n, n} : (bfp8_matrix){b_n, BFP8_BF16, n, k, k};
+                const bfp8_matrix am =
+                    ta ? (bfp8_matrix){a_t, BFP8_BF16, k, m, m} : (bfp8_matrix){a_n, BFP8_BF16, m, k, k};
+                const bfp8_matrix bm =
+                    tb ? (bfp8_matrix){b_t, BFP8_BF16, k, n, n} : (bfp8_matrix){b_n, BFP8_BF16, n, k, k};
                 bfp8_matrix d = alloc_out(m, n, mode == 1 ? BFP8_BF16 : BFP8_F32, mode == 2 ? 0 : 2);
                 const char *names[] = {"f32", "bf16", "f32 accumulate in place"};
                 snprintf(what, sizeof what, "bf16 gemm %lldx%lldx%lld a_t=%d b_t=%d %s", (long long)m,

@@ -81,9 +81,9 @@ typedef struct case_spec {
  * bf16 forms' data, as f32: dw bit for bit, y and dx rounding to the bf16
  * forms' outputs bit for bit (the same codes, scales and sums; only the final
  * rounding differs). Counts of differing values, [y, dx, dw]. */
-static void linear_f32_forms_differ(bfp8_linear *lin, int64_t m, int64_t n, int64_t k, const float *xf, const float *dyf,
-                                    const float *dw_before, int skip_dx, int accumulate, const uint16_t *y,
-                                    const uint16_t *dx, const float *dw, int64_t differ[3]) {
+static void linear_f32_forms_differ(bfp8_linear *lin, int64_t m, int64_t n, int64_t k, const float *xf,
+                                    const float *dyf, const float *dw_before, int skip_dx, int accumulate,
+                                    const uint16_t *y, const uint16_t *dx, const float *dw, int64_t differ[3]) {
     float *y32 = test_malloc((size_t)(m * n) * sizeof(float)), *dx32 = test_malloc((size_t)(m * k) * sizeof(float));
     float *dw32 = test_malloc((size_t)(n * k) * sizeof(float));
     memcpy(dw32, dw_before, (size_t)(n * k) * sizeof(float));

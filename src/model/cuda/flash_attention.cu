@@ -88,17 +88,20 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const uint16_t *
                  : "r"(smem_addr(p)));
 }
 /* A fragment (16 x 16: rows row0.., contraction k0..) of a row-major tile. */
-template <int D> __device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t *s, int row0, int k0, int lane) {
+template <int D>
+__device__ __forceinline__ void frag_a(uint32_t (&a)[4], const uint16_t *s, int row0, int k0, int lane) {
     ldsm_x4(a, s + (row0 + lane % 16) * ld<D>() + k0 + (lane / 16) * 8);
 }
 /* B fragments of two 8-column tiles (columns n0.. and n0+8.., contraction
  * k0..) of a tile stored with the columns as rows, element (k, n) at
  * s[n * ld + k]: b[0], b[1] for n0, b[2], b[3] for n0 + 8. */
-template <int D> __device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const uint16_t *s, int n0, int k0, int lane) {
+template <int D>
+__device__ __forceinline__ void frag_b_nk(uint32_t (&b)[4], const uint16_t *s, int n0, int k0, int lane) {
     ldsm_x4(b, s + (n0 + lane % 8 + (lane / 16) * 8) * ld<D>() + k0 + ((lane / 8) % 2) * 8);
 }
 /* The same from a tile stored with the contraction as rows, (k, n) at s[k * ld + n]. */
-template <int D> __device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const uint16_t *s, int n0, int k0, int lane) {
+template <int D>
+__device__ __forceinline__ void frag_b_kn(uint32_t (&b)[4], const uint16_t *s, int n0, int k0, int lane) {
     ldsm_x4_trans(b, s + (k0 + lane % 8 + ((lane / 8) % 2) * 8) * ld<D>() + n0 + (lane / 16) * 8);
 }
 /* Accumulators of two adjacent 16 x 8 tiles as the A fragment of the next
@@ -113,8 +116,8 @@ __device__ __forceinline__ void acc_as_a(uint32_t (&a)[4], const float (&lo)[4],
 /* acc (16 rows x D, in tiles of 8 columns) += a (16 x 16) times the 16 x D
  * slice at contraction rows k0.. of a tile stored [k][n]. */
 template <int D>
-__device__ __forceinline__ void mma_rows_by_tile(float (&acc)[D / 8][4], const uint32_t (&a)[4], const uint16_t *kn_tile,
-                                                 int k0, int lane) {
+__device__ __forceinline__ void mma_rows_by_tile(float (&acc)[D / 8][4], const uint32_t (&a)[4],
+                                                 const uint16_t *kn_tile, int k0, int lane) {
 #pragma unroll
     for (int n = 0; n < D / 8; n += 2) {
         uint32_t bb[4];
@@ -150,7 +153,8 @@ template <int D>
 __device__ __forceinline__ void store_row(float *dst, const float (&acc)[D / 8][4], int r, float scale, int t) {
 #pragma unroll
     for (int n = 0; n < D / 8; ++n)
-        *reinterpret_cast<float2 *>(dst + n * 8 + 2 * t) = make_float2(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
+        *reinterpret_cast<float2 *>(dst + n * 8 + 2 * t) =
+            make_float2(acc[n][2 * r] * scale, acc[n][2 * r + 1] * scale);
 }
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
@@ -394,7 +398,8 @@ __global__ void flash_dsum_kernel(float *dsum, const float *dout, const float *o
     for (int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
         const int64_t token = r / heads;
         const int h = (int)(r % heads);
-        const float *a = dout + token * heads * head_dim + h * head_dim, *c = o + token * heads * head_dim + h * head_dim;
+        const float *a = dout + token * heads * head_dim + h * head_dim,
+                    *c = o + token * heads * head_dim + h * head_dim;
         float s = 0.0f;
         for (int i = lane; i < head_dim; i += 32) s += a[i] * c[i];
         for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
@@ -509,11 +514,10 @@ __global__ void __launch_bounds__(kThreads) flash_backward_dkv_kernel(float *dqk
 constexpr int kDqStep = 32;
 
 template <int D>
-__global__ void __launch_bounds__(kPairThreads, D == 64 ? 3 : 2) flash_backward_dq_kernel(float *dqkv, const uint16_t *q16,
-                                                                       const uint16_t *k16, const uint16_t *v16,
-                                                                       const uint16_t *do16, const float *lse,
-                                                                       const float *dsum, int seq, int heads,
-                                                                       float scale, float scale_log2) {
+__global__ void __launch_bounds__(kPairThreads, D == 64 ? 3 : 2)
+    flash_backward_dq_kernel(float *dqkv, const uint16_t *q16, const uint16_t *k16, const uint16_t *v16,
+                             const uint16_t *do16, const float *lse, const float *dsum, int seq, int heads, float scale,
+                             float scale_log2) {
     extern __shared__ __align__(16) uint16_t smem[];
     uint16_t *const qs = smem, *const dos = qs + kBlockQ * ld<D>(), *const ks = dos + kBlockQ * ld<D>();
     uint16_t *const vs = ks + 2 * kDqStep * ld<D>();
@@ -633,8 +637,8 @@ void forward(float *out, float *probs, float *scratch, const float *qkv, int64_t
     float *lse = probs, *o_copy = probs + batch * heads * seq;
     const dim3 grid((unsigned)((seq + kBlockQ - 1) / kBlockQ), (unsigned)heads, (unsigned)batch);
     const float scale_log2 = kLog2e / sqrtf((float)D);
-    flash_forward_kernel<D><<<grid, kPairThreads, forward_smem<D>(), stream()>>>(out, lse, o_copy, sp.q16, sp.k16, sp.v16,
-                                                                           (int)seq, (int)heads, scale_log2);
+    flash_forward_kernel<D><<<grid, kPairThreads, forward_smem<D>(), stream()>>>(
+        out, lse, o_copy, sp.q16, sp.k16, sp.v16, (int)seq, (int)heads, scale_log2);
     check_launch("flash attention forward");
 }
 

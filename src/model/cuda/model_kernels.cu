@@ -562,7 +562,8 @@ __device__ __forceinline__ void adamw_element(float &param, float grad, float &m
     m = __fadd_rn(__fmul_rn(a.beta1, m), __fmul_rn(a.one_minus_beta1, g));
     v = __fadd_rn(__fmul_rn(a.beta2, v), __fmul_rn(__fmul_rn(a.one_minus_beta2, g), g));
     const float m_hat = __fdiv_rn(m, a.correction1), v_hat = __fdiv_rn(v, a.correction2);
-    const float step = __fadd_rn(__fdiv_rn(m_hat, __fadd_rn(__fsqrt_rn(v_hat), a.eps)), __fmul_rn(a.weight_decay, param));
+    const float step =
+        __fadd_rn(__fdiv_rn(m_hat, __fadd_rn(__fsqrt_rn(v_hat), a.eps)), __fmul_rn(a.weight_decay, param));
     param = __fsub_rn(param, __fmul_rn(a.lr, step));
 }
 
@@ -847,7 +848,8 @@ extern "C" double cross_entropy_forward_cuda(float *row_losses, const float *log
     else
         cross_entropy_forward_kernel<1><<<blocks, threads, 0, stream()>>>(row_losses, logits, targets, tokens, vocab);
     if (failed(cudaGetLastError(), "cross_entropy_forward")) return NAN;
-    float *host = (float *)host_scratch(g_host_result, (size_t)tokens * sizeof(float), "cross_entropy_forward (host buffer)");
+    float *host =
+        (float *)host_scratch(g_host_result, (size_t)tokens * sizeof(float), "cross_entropy_forward (host buffer)");
     if (!host) return NAN;
     if (failed(cudaMemcpyAsync(host, row_losses, (size_t)tokens * sizeof(float), cudaMemcpyDeviceToHost, stream()),
                "cross_entropy_forward (copy)") ||
