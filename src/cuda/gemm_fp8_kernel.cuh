@@ -229,17 +229,21 @@ template <int BM, int BN, bool B_1X128, int STAGES, int TMA_OUT = TMA_NONE> stru
     static constexpr uint32_t B_BYTES = BN * BLOCK_K;
     static constexpr uint32_t SA_BYTES = BM * 4;
     static constexpr uint32_t SB_BYTES = B_1X128 ? (BN * 4 + 127) / 128 * 128 : 0; /* a TMA destination */
-    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES + SA_BYTES + SB_BYTES;
+    /* 1D1D with one row group: each stage's scales have two slots, taken by
+     * the parity of the stage ring's round, so the TMA that refills a stage
+     * writes its scales where the math warps are not reading (see promote) */
+    static constexpr int SCALE_SLOTS = B_1X128 && Warps<BM>::ROW_GROUPS == 1 ? 2 : 1;
+    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES + SCALE_SLOTS * (SA_BYTES + SB_BYTES);
     /* what the TMA unit writes into a stage: B's scales are BN floats, SB_BYTES is rounded up */
     static constexpr uint32_t STAGE_TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + (B_1X128 ? BN * 4 : 0);
     static constexpr uint32_t OFF_A = 0;
     static constexpr uint32_t OFF_B = OFF_A + STAGES * A_BYTES;
     static constexpr uint32_t OFF_SA = OFF_B + STAGES * B_BYTES;
-    static constexpr uint32_t OFF_SB = OFF_SA + STAGES * SA_BYTES;
+    static constexpr uint32_t OFF_SB = OFF_SA + SCALE_SLOTS * STAGES * SA_BYTES;
     /* per math warpgroup; row groups: half as wide (a stage more fits) */
     static constexpr uint32_t STAGING_BYTES = 64 * BN * tma_out_bytes(TMA_OUT) / Warps<BM>::ROW_GROUPS;
     /* 1024-byte aligned: the swizzle pattern is a function of the address */
-    static constexpr uint32_t OFF_STAGING = (OFF_SB + STAGES * SB_BYTES + 1023) / 1024 * 1024;
+    static constexpr uint32_t OFF_STAGING = (OFF_SB + SCALE_SLOTS * STAGES * SB_BYTES + 1023) / 1024 * 1024;
     static constexpr uint32_t OFF_BARRIERS = OFF_STAGING + Warps<BM>::MATH_WG * STAGING_BYTES;
     /* + 1024 so the base can be aligned for the 128-byte swizzle pattern */
     static constexpr uint32_t TOTAL = OFF_BARRIERS + 2 * STAGES * 8 + 1024;
@@ -324,6 +328,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     static_assert((CM == 1 || CM == 2) && (CN == 1 || CN == 2), "clusters of up to 2 x 2 CTAs");
     constexpr int CLUSTER = CM * CN;
     static_assert(!SPLITS || can_split(BN, CM, CN, B_1X128, PIPELINED), "no split kernel for this configuration");
+    static_assert(L::SCALE_SLOTS == 1 || STAGES >= 2, "two scale slots: a slot is written again after kb + STAGES");
     constexpr bool K_GROUPED = GROUPED && B_1X128, M_GROUPED = GROUPED && !B_1X128;
     static_assert(!GROUPED || (CM * CN == 1 && !SPLITS && !PIPELINED), "grouped GEMMs: single CTAs, whole tiles");
 
@@ -400,9 +405,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                         tma_load_2d_multicast(b_dst + cm * (L::B_BYTES / CM), &tmap_b, &full[stage], k0,
                                               b0 + cm * (BN / CM), b_peers);
                     }
-                    tma_load_2d(smem_sa + stage * BM, &tmap_scale_a, &full[stage], m0, kb);
+                    const int slot = stage + (L::SCALE_SLOTS == 2 && phase ? STAGES : 0); /* of the scales */
+                    tma_load_2d(smem_sa + slot * BM, &tmap_scale_a, &full[stage], m0, kb);
                     if (B_1X128)
-                        tma_load_2d(smem_sb + stage * (L::SB_BYTES / 4), &tmap_scale_b, &full[stage], n0, kb);
+                        tma_load_2d(smem_sb + slot * (L::SB_BYTES / 4), &tmap_scale_b, &full[stage], n0, kb);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
@@ -510,32 +516,41 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     }
                 }
             };
-            /* fin += scales * acc for the k-block kb held in stage s, then free the stage.
+            /* fin += scales * acc for the k-block kb held in stage s, and free the stage.
              * 1D2D: sa0, sa1 as issue() read them; `also`: bits of loads from
              * another stage still to be proven, or 0. SPLIT: 1D2D columns from
              * SPLIT on use B's second scale block; it is a literal at each
              * inlined call, so every FFMA reads one of four registers with no
-             * select. */
+             * select.
+             * 1D1D (one row group): the stage is freed as soon as the wgmma are
+             * done, before its scales are read: they are in slot s of this
+             * round's parity (SharedLayout::SCALE_SLOTS), which the producer
+             * writes again only for k-block kb + 2 STAGES, after every math
+             * warp has freed the stage for kb + STAGES. By then this warp's
+             * loads of kb's scales have returned: the FFMAs below use them
+             * and read acc, which kb + 1's wgmma (issued before that release)
+             * overwrites. (Waiting for the loads instead made 192 x 128 tiles
+             * with 3 stages 4-7% slower in session 20.) */
             auto promote = [&](int s, float(&acc)[ACC], float sb0, float sb1, float sa0, float sa1, uint32_t also,
                                const int SPLIT) {
                 fence_accumulators(acc);
                 if constexpr (B_1X128) {
-                    sa0 = ld_shared_f32(sa_kept + s * (BM * 4));
-                    sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + 8 * 4);
-                }
-                uint32_t read = __float_as_uint(sa0) | __float_as_uint(sa1) | also;
-                if constexpr (!B_1X128) release_stage(s, read); /* 1D2D: nothing more to read from it */
-                if constexpr (B_1X128) {
+                    static_assert(L::SCALE_SLOTS == 2 || RG > 1, "1D1D promote: scales in two slots per stage");
+                    if constexpr (CLUSTER == 1) release_stage(s, 0u);
+                    const uint32_t slot = (uint32_t)s + (phase ? STAGES : 0);
+                    sa0 = ld_shared_f32(sa_kept + slot * (BM * 4));
+                    sa1 = ld_shared_f32(sa_kept + slot * (BM * 4) + 8 * 4);
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
-                        const float2 v = ld_shared_f32x2(sb_kept + (uint32_t)s * L::SB_BYTES + 32u * j);
-                        read |= __float_as_uint(v.x);
+                        const float2 v = ld_shared_f32x2(sb_kept + slot * L::SB_BYTES + 32u * j);
                         fin[4 * j + 0] += (sa0 * v.x) * acc[4 * j + 0];
                         fin[4 * j + 1] += (sa0 * v.y) * acc[4 * j + 1];
                         fin[4 * j + 2] += (sa1 * v.x) * acc[4 * j + 2];
                         fin[4 * j + 3] += (sa1 * v.y) * acc[4 * j + 3];
                     }
+                    if constexpr (CLUSTER > 1) release_stage(s, 0u); /* (first, 128 x 192 in clusters spills) */
                 } else {
+                    release_stage(s, __float_as_uint(sa0) | __float_as_uint(sa1) | also); /* nothing more to read */
                     const float s00 = sa0 * sb0, s10 = sa1 * sb0, s01 = sa0 * sb1, s11 = sa1 * sb1;
 #pragma unroll
                     for (int j = 0; j < BN / 8; ++j) {
@@ -547,7 +562,6 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                         fin[4 * j + 3] += s1 * acc[4 * j + 3];
                     }
                 }
-                if constexpr (B_1X128) release_stage(s, read);
             };
 
             auto next_stage = [&](int &s, uint32_t &ph) {
