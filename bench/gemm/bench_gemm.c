@@ -19,13 +19,19 @@
  *
  *   cmake --build build --target bench_gemm
  *   build/bench/gemm/bench_gemm [--quick] [--shape MxNxK]... [--wgrad-shape NxKxM]...
- *                               [--warmup N] [--reps N] [--soak S] [--json FILE]
+ *                               [--warmup N] [--reps N] [--settle S] [--soak S] [--json FILE]
  *
  * --shape / --wgrad-shape replace the default shapes (wgrad: N x K over M
- * tokens). --soak S: after the interleaved timing of a shape, each variant
- * alone for S seconds (bench_time_soak), with the SM clock and board power
- * read through NVML: every FP8 GEMM here holds an H200 at its 700 W limit,
- * so each settles at its own clock, which call-by-call interleaving hides.
+ * tokens). --settle S (default 1): before a shape is timed, its variants run
+ * interleaved for S seconds, so that every shape, the first of the process
+ * included, is timed at the clock the GPU holds under sustained load (timed
+ * right after the process's setup, an idle GPU ran the first shape's calls
+ * at up to 1980 MHz, and cuBLASLt's 1D1D 4096x4096 over 16384 read 1011-1024
+ * TFLOP/s there against 866-871 after the other shapes). --soak S: after
+ * the interleaved timing of a shape, each variant alone for S seconds
+ * (bench_time_soak), with the SM clock and board power read through NVML:
+ * every FP8 GEMM here holds an H200 at its 700 W limit, so each settles at
+ * its own clock, which call-by-call interleaving hides.
  * Exit code: 0; 1 when a cross-check fails (below 40 dB, or non-finite) or
  * CUDA breaks; 2 on a setup failure.
  */
@@ -137,7 +143,8 @@ typedef struct bench_env {
     cublasLtHandle_t lt;
     void *workspace;
     int warmup, reps;
-    double soak_seconds; /* --soak: 0 = none */
+    double settle_seconds; /* --settle: interleaved calls before a shape is timed */
+    double soak_seconds;   /* --soak: 0 = none */
     bench_device_info device;
 } bench_env;
 
@@ -646,6 +653,8 @@ static int run_problem(bench_env *env, problem_result *r) {
         }
     int rounds_ok = nround > 0;
     if (nround > 0) {
+        if (env->settle_seconds > 0.0)
+            bench_settle_rounds(round_fns, round_args, nround, p.sets, env->settle_seconds, stream);
         bench_time_rounds(round_fns, round_args, nround, p.sets, env->warmup, env->reps, stream, round_timings);
         rounds_ok = round_timings[0].ok;
         for (int j = 0; j < nround && rounds_ok; ++j) r->v[round_of[j]].timing = round_timings[j];
@@ -827,8 +836,8 @@ static void write_json(const char *path, const bench_env *env, const bench_devic
     bench_device_info_json(f, "device", &env->device);
     fprintf(f, ", \"sm_clock_mhz_after\": %d, \"temperature_c_after\": %d", after->sm_clock_mhz,
             after->temperature_c);
-    fprintf(f, ", \"warmup\": %d, \"reps\": %d, \"check_bar_db\": %.1f, \"check_failures\": %d",
-            env->warmup, env->reps, CHECK_BAR_DB, failures);
+    fprintf(f, ", \"settle_s\": %.2f, \"warmup\": %d, \"reps\": %d", env->settle_seconds, env->warmup, env->reps);
+    fprintf(f, ", \"check_bar_db\": %.1f, \"check_failures\": %d", CHECK_BAR_DB, failures);
     fprintf(f, ", \"aborted\": ");
     if (aborted) bench_json_string(f, aborted);
     else fprintf(f, "null");
@@ -922,10 +931,12 @@ static void write_json(const char *path, const bench_env *env, const bench_devic
 static void usage(const char *program) {
     fprintf(stderr,
             "usage: %s [--quick] [--shape MxNxK]... [--wgrad-shape NxKxM]... [--warmup N] [--reps N]\n"
-            "          [--soak SECONDS] [--json FILE]\n"
+            "          [--settle SECONDS] [--soak SECONDS] [--json FILE]\n"
             "  --shape        a 1D2D shape: D[M,N] = A[M,K] B[N,K]^T (replaces the defaults)\n"
             "  --wgrad-shape  a wgrad shape: dW[N,K] over M tokens (replaces the defaults)\n"
             "  --quick        the first shape of each kind, 3 warm-up and 20 timed calls\n"
+            "  --settle S     run each shape's variants interleaved for S seconds before timing them\n"
+            "                 (default 1; 0: none; --quick: 0.25)\n"
             "  --soak S       also each variant alone for S seconds (steady-state clock and power)\n",
             program);
     exit(2);
@@ -933,7 +944,7 @@ static void usage(const char *program) {
 
 int main(int argc, char **argv) {
     int quick = 0, warmup = 5, reps = 30;
-    double soak = 0.0;
+    double soak = 0.0, settle = -1.0;
     const char *json_path = NULL;
     int64_t shapes[MAX_SHAPES][3], wgrad_shapes[MAX_SHAPES][3];
     int n_shapes = 0, n_wgrad = 0;
@@ -956,6 +967,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(arg, "--reps") == 0 && value) {
             reps = atoi(value);
             ++i;
+        } else if (strcmp(arg, "--settle") == 0 && value) {
+            settle = atof(value);
+            if (!(settle >= 0.0 && settle <= 60.0)) usage(argv[0]);
+            ++i;
         } else if (strcmp(arg, "--soak") == 0 && value) {
             soak = atof(value);
             if (!(soak > 0.0 && soak <= 600.0)) usage(argv[0]);
@@ -971,6 +986,7 @@ int main(int argc, char **argv) {
         warmup = 3;
         reps = 20;
     }
+    if (settle < 0.0) settle = quick ? 0.25 : 1.0;
     if (warmup < 0 || reps < 1) usage(argv[0]);
     if (n_shapes == 0 && n_wgrad == 0) {
         const int n1 = quick ? 1 : (int)(sizeof kDefaultShapes / sizeof kDefaultShapes[0]);
@@ -987,12 +1003,13 @@ int main(int argc, char **argv) {
     memset(&env, 0, sizeof env);
     env.warmup = warmup;
     env.reps = reps;
+    env.settle_seconds = settle;
     env.soak_seconds = soak;
     bench_device_info_read(0, &env.device);
     bench_device_info_print(stdout, &env.device);
-    printf("warm-up %d, timed calls %d (median; the variants of a shape interleaved call by call), cross-check bar "
-           "%.0f dB\n",
-           warmup, reps, CHECK_BAR_DB);
+    printf("settle %.2f s, warm-up %d, timed calls %d (median; the variants of a shape interleaved call by call), "
+           "cross-check bar %.0f dB\n",
+           settle, warmup, reps, CHECK_BAR_DB);
     BENCH_BFP8_OR_DIE(bfp8_context_create(&env.ctx, BFP8_BACKEND_CUDA, 0));
     BENCH_CUDA_OR_DIE(cudaStreamCreate(&env.stream));
     BENCH_BFP8_OR_DIE(bfp8_context_set_stream(env.ctx, env.stream));

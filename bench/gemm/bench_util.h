@@ -77,6 +77,14 @@ void bench_sleep_ms(int ms);
 void bench_time_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, int warmup, int reps,
                        cudaStream_t stream, bench_timing *out);
 
+/* Rounds of one call of each contender, back to back, for at least `seconds`
+ * of wall time: the GPU brought to the clock and power it holds under
+ * sustained load before anything is timed (the first shape of a process
+ * would otherwise be timed in the first tens of milliseconds of load, at a
+ * boost clock no training step sees). 1 when every call succeeded. */
+int bench_settle_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, double seconds,
+                        cudaStream_t stream);
+
 static inline int64_t bench_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t bench_round_up(int64_t a, int64_t multiple) {
     return bench_ceil_div(a, multiple) * multiple;
