@@ -277,19 +277,18 @@ static double seconds_now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-int bench_settle_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, double seconds,
-                        cudaStream_t stream) {
+void bench_settle_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, double seconds,
+                         cudaStream_t stream) {
     char reason[512];
     const double t0 = seconds_now();
     for (long round = 0; seconds_now() - t0 < seconds; ++round) {
         for (int c = 0; c < n; ++c)
             if (fns[c](args[c], (int)(round % (sets > 0 ? sets : 1)), reason, sizeof reason) != 0) {
                 cudaStreamSynchronize(stream);
-                return 0;
+                return;
             }
-        if (cudaStreamSynchronize(stream) != cudaSuccess) return 0;
+        if (cudaStreamSynchronize(stream) != cudaSuccess) return;
     }
-    return 1;
 }
 
 bench_soak bench_time_soak(bench_call_fn fn, void *arg, int sets, double seconds, cudaStream_t stream,

@@ -81,9 +81,10 @@ void bench_time_rounds(const bench_call_fn *fns, void *const *args, int n, int s
  * of wall time: the GPU brought to the clock and power it holds under
  * sustained load before anything is timed (the first shape of a process
  * would otherwise be timed in the first tens of milliseconds of load, at a
- * boost clock no training step sees). 1 when every call succeeded. */
-int bench_settle_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, double seconds,
-                        cudaStream_t stream);
+ * boost clock no training step sees). It stops at a failing call and leaves
+ * the failure to the timing that follows, which reports it with its reason. */
+void bench_settle_rounds(const bench_call_fn *fns, void *const *args, int n, int sets, double seconds,
+                         cudaStream_t stream);
 
 static inline int64_t bench_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t bench_round_up(int64_t a, int64_t multiple) {
