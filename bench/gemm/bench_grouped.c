@@ -15,12 +15,15 @@
  * Before timing, the outputs of bfp8-grouped, bfp8-loop and lt-loop from
  * one call on zeroed outputs are compared (SQNR >= 40 dB, on the GPU).
  *
- *   bench_grouped [--tokens T0,T1,...] [--shape NxK]... [--warmup N] [--reps N]
+ *   bench_grouped [--tokens T0,T1,...] [--shape NxK]... [--warmup N] [--reps N] [--settle S]
  *
  * --tokens: the tokens routed to each expert (multiples of 128; default 8
  * uneven experts, 32768 tokens); --shape: an expert's weight, N x K
  * (default 4096x7168 and 7168x2048: DeepSeek-V3's gate+up and down
- * projections). Exit code: 0; 1 when a check fails; 2 on a setup failure.
+ * projections); --settle S (default 1): before a problem is timed, its
+ * variants run interleaved for S seconds, so that each is timed at the
+ * clock the GPU's power cap holds, not the first on an idle GPU (see
+ * bench_gemm). Exit code: 0; 1 when a check fails; 2 on a setup failure.
  */
 #include <cublasLt.h>
 #include <math.h>
@@ -204,7 +207,7 @@ static int cross_check(problem *p, size_t out_bytes) {
     return failures;
 }
 
-static int run_problem(problem *p, int warmup, int reps) {
+static int run_problem(problem *p, int warmup, int reps, double settle) {
     const int64_t t = p->tokens;
     printf("\n==== %s: %d experts, %lld tokens, expert weight %lld x %lld ====\n", p->wgrad ? "wgrad" : "fprop",
            p->groups, (long long)t, (long long)p->n, (long long)p->k);
@@ -281,6 +284,7 @@ static int run_problem(problem *p, int warmup, int reps) {
         index[n++] = v;
     }
     BENCH_CUDA_OR_DIE(cudaStreamSynchronize(p->stream));
+    if (settle > 0.0) bench_settle_rounds(run_fns, run_args, n, 1, settle, p->stream);
     bench_timing out[NUM_VARIANTS];
     bench_time_rounds(run_fns, run_args, n, 1, warmup, reps, p->stream, out);
     for (int v = 0; v < NUM_VARIANTS; ++v) timing[v].ok = 0;
@@ -315,13 +319,15 @@ static int run_problem(problem *p, int warmup, int reps) {
 }
 
 static void usage(const char *program) {
-    fprintf(stderr, "usage: %s [--tokens T0,T1,...] [--shape NxK]... [--warmup N] [--reps N]\n", program);
+    fprintf(stderr, "usage: %s [--tokens T0,T1,...] [--shape NxK]... [--warmup N] [--reps N] [--settle S]\n",
+            program);
     exit(2);
 }
 
 int main(int argc, char **argv) {
     int64_t sizes[MAX_GROUPS] = {3072, 5120, 4096, 2048, 6144, 4096, 3584, 4608};
     int groups = 8, warmup = 5, reps = 20, n_shapes = 0;
+    double settle = 1.0;
     int64_t shapes[MAX_SHAPES][2];
     for (int i = 1; i < argc; ++i) {
         const char *value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -350,6 +356,10 @@ int main(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--reps") && value) {
             reps = atoi(value);
             ++i;
+        } else if (!strcmp(argv[i], "--settle") && value) {
+            settle = atof(value);
+            if (!(settle >= 0.0 && settle <= 60.0)) usage(argv[0]);
+            ++i;
         } else {
             usage(argv[0]);
         }
@@ -371,8 +381,8 @@ int main(int argc, char **argv) {
     bench_device_info_print(stdout, &info);
     printf("tokens per expert:");
     for (int g = 0; g < groups; ++g) printf(" %lld", (long long)sizes[g]);
-    printf(" (%lld in all); warm-up %d, timed calls %d (median, variants interleaved call by call)\n",
-           (long long)offsets[groups], warmup, reps);
+    printf(" (%lld in all); settle %.2f s, warm-up %d, timed calls %d (median, variants interleaved call by call)\n",
+           (long long)offsets[groups], settle, warmup, reps);
 
     problem base;
     memset(&base, 0, sizeof base);
@@ -391,7 +401,7 @@ int main(int argc, char **argv) {
             p.wgrad = wgrad;
             p.n = shapes[s][0];
             p.k = shapes[s][1];
-            failures += run_problem(&p, warmup, reps);
+            failures += run_problem(&p, warmup, reps, settle);
         }
     bench_device_info_refresh_clocks(&info);
     if (info.sm_clock_mhz >= 0)

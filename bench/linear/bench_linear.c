@@ -15,7 +15,12 @@
  *
  *   cmake --build build --target bench_linear
  *   build/bench/linear/bench_linear [--quick] [--shape MxNxK]... [--warmup N] [--reps N]
- *                                   [--accumulate] [--json FILE]
+ *                                   [--settle S] [--accumulate] [--json FILE]
+ *
+ * --settle S (default 1; --quick 0.25; 0: none): before a recipe is timed,
+ * its forward + backward runs for S seconds, so that every recipe is timed
+ * at the clock the GPU's power cap holds (see bench_gemm), not the first
+ * on an idle GPU.
  *
  * Exit code: 0; 1 when an output is non-finite, an fp8 recipe is below
  * 20 dB against bf16 (broken, not merely imprecise), or CUDA breaks;
@@ -111,7 +116,7 @@ static double us(const bench_timing *t) { return t->ok ? t->median_ms * 1e3 : NA
 
 /* Returns -1 when CUDA broke, else the number of outputs judged broken. */
 static int run_shape(bfp8_context *ctx, cudaStream_t stream, shape_result *s, int warmup, int reps,
-                     int accumulate) {
+                     double settle, int accumulate) {
     const int64_t m = s->m, n = s->n, k = s->k;
     int alloc_failed = 0;
     uint16_t *x = device_alloc((size_t)(m * k) * 2, &alloc_failed);
@@ -194,6 +199,11 @@ static int run_shape(bfp8_context *ctx, cudaStream_t stream, shape_result *s, in
                 broken += r->vs_bf16[j].nonfinite > 0 || !(r->vs_bf16[j].overall_db >= BROKEN_DB);
         }
 
+        if (settle > 0.0) {
+            const bench_call_fn step_fn[1] = {call_step};
+            void *const step_arg[1] = {&run};
+            bench_settle_rounds(step_fn, step_arg, 1, 1, settle, stream);
+        }
         r->set_weight = bench_time(call_set_weight, &run, 1, warmup, reps, stream);
         r->forward = bench_time(call_forward, &run, 1, warmup, reps, stream);
         r->step = bench_time(call_step, &run, 1, warmup, reps, stream);
@@ -233,7 +243,7 @@ static void json_timing(FILE *f, const char *key, const bench_timing *t) {
     bench_json_number(f, us(t));
 }
 
-static void write_json(const char *path, const bench_device_info *device, int warmup, int reps,
+static void write_json(const char *path, const bench_device_info *device, double settle, int warmup, int reps,
                        int accumulate, const shape_result *shapes, int count, int broken, const char *aborted) {
     FILE *f = fopen(path, "w");
     if (!f) {
@@ -242,8 +252,9 @@ static void write_json(const char *path, const bench_device_info *device, int wa
     }
     fprintf(f, "{\"benchmark\": \"bench_linear\", ");
     bench_device_info_json(f, "device", device);
-    fprintf(f, ", \"warmup\": %d, \"reps\": %d, \"dw_accumulate\": %s, \"broken_outputs\": %d, \"aborted\": ",
-            warmup, reps, accumulate ? "true" : "false", broken);
+    fprintf(f, ", \"settle_s\": %.2f, \"warmup\": %d, \"reps\": %d, \"dw_accumulate\": %s, \"broken_outputs\": %d, "
+            "\"aborted\": ",
+            settle, warmup, reps, accumulate ? "true" : "false", broken);
     if (aborted) bench_json_string(f, aborted);
     else fprintf(f, "null");
     fprintf(f, ", \"shapes\": [");
@@ -288,8 +299,10 @@ static void write_json(const char *path, const bench_device_info *device, int wa
 
 static void usage(const char *program) {
     fprintf(stderr,
-            "usage: %s [--quick] [--shape MxNxK]... [--warmup N] [--reps N] [--accumulate] [--json FILE]\n"
+            "usage: %s [--quick] [--shape MxNxK]... [--warmup N] [--reps N] [--settle S] [--accumulate]\n"
+            "          [--json FILE]\n"
             "  --shape       y[M,N] = x[M,K] W[N,K]^T (replaces the defaults)\n"
+            "  --settle S    run each recipe's step for S seconds before timing it (default 1; --quick: 0.25)\n"
             "  --accumulate  backward adds into dW (default: stores it)\n"
             "  --quick       the first shape, 2 warm-up and 10 timed steps\n",
             program);
@@ -298,6 +311,7 @@ static void usage(const char *program) {
 
 int main(int argc, char **argv) {
     int quick = 0, warmup = 3, reps = 20, accumulate = 0;
+    double settle = -1.0;
     const char *json_path = NULL;
     int64_t shapes[MAX_SHAPES][3];
     int n_shapes = 0;
@@ -315,6 +329,10 @@ int main(int argc, char **argv) {
         } else if (strcmp(arg, "--reps") == 0 && value) {
             reps = atoi(value);
             ++i;
+        } else if (strcmp(arg, "--settle") == 0 && value) {
+            settle = atof(value);
+            if (!(settle >= 0.0 && settle <= 60.0)) usage(argv[0]);
+            ++i;
         } else if (strcmp(arg, "--json") == 0 && value) {
             json_path = value;
             ++i;
@@ -326,6 +344,7 @@ int main(int argc, char **argv) {
         warmup = 2;
         reps = 10;
     }
+    if (settle < 0.0) settle = quick ? 0.25 : 1.0;
     if (warmup < 0 || reps < 1) usage(argv[0]);
     if (n_shapes == 0) {
         const int n = quick ? 1 : (int)(sizeof kDefaultShapes / sizeof kDefaultShapes[0]);
@@ -338,7 +357,8 @@ int main(int argc, char **argv) {
     bench_device_info device;
     bench_device_info_read(0, &device);
     bench_device_info_print(stdout, &device);
-    printf("warm-up %d, timed steps %d (median), dW %s\n", warmup, reps, accumulate ? "accumulated" : "stored");
+    printf("settle %.2f s, warm-up %d, timed steps %d (median), dW %s\n", settle, warmup, reps,
+           accumulate ? "accumulated" : "stored");
 
     bfp8_context *ctx = NULL;
     cudaStream_t stream;
@@ -355,7 +375,7 @@ int main(int argc, char **argv) {
         s->m = shapes[i][0];
         s->n = shapes[i][1];
         s->k = shapes[i][2];
-        const int b = run_shape(ctx, stream, s, warmup, reps, accumulate);
+        const int b = run_shape(ctx, stream, s, warmup, reps, settle, accumulate);
         if (b < 0) aborted = "a CUDA error left the context unusable (see the log)";
         else broken += b;
     }
@@ -394,7 +414,7 @@ int main(int argc, char **argv) {
         else printf(" %12s\n", "n/a");
     }
     printf("(TARGETS.md: fp8-blockwise >= 1.45x / 1.65x / 1.65x over bf16 on these three shapes)\n");
-    if (json_path) write_json(json_path, &device, warmup, reps, accumulate, results, count, broken, aborted);
+    if (json_path) write_json(json_path, &device, settle, warmup, reps, accumulate, results, count, broken, aborted);
     if (aborted) printf("ABORTED: %s\n", aborted);
     printf("broken outputs: %d\n", broken);
 
