@@ -33,6 +33,8 @@ struct bfp8_cuda_state {
     void *gemm_split_workspace; /* FP8 GEMM: partial tiles and flags of k-split tiles, made on first use */
     void *gemm_group_table;     /* grouped FP8 GEMMs: the kernel's group table (Params::group_table) */
     size_t gemm_group_table_bytes;
+    void *gemm_scale_operand;   /* 1D1D 256 x 112: B's column scales as the scale wgmma's operand */
+    size_t gemm_scale_operand_bytes;
 };
 
 static inline cudaStream_t bfp8_stream_of(const bfp8_context *ctx) {

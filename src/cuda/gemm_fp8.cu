@@ -147,6 +147,77 @@ SplitWorkspace split_workspace(const bfp8_context *ctx) {
     return SplitWorkspace{reinterpret_cast<unsigned *>(w), reinterpret_cast<float *>(w + counter_bytes)};
 }
 
+/* ------------------------------------------------------------------------ */
+/* The scale operand of 1D1D 256 x 112 tiles (SharedLayout::SCALE_MMA)       */
+
+/* B's 1x128 scales (num_k_blocks rows of n floats, scale_ld apart) as the
+ * B operand of the kernel's scale wgmma: for column c of k-block kb, the
+ * eight tf32 words (hi, lo, 0, 0, hi, 0, 0, 0) at (kb * n + c) * 32 bytes,
+ * hi the upper 19 bits of the scale and lo the rest (exact in fp32). */
+constexpr int SCALE_OPERAND_THREADS = 256;
+constexpr int64_t SCALE_OPERAND_ENTRY_BYTES = 32;
+__global__ void __launch_bounds__(SCALE_OPERAND_THREADS)
+    scale_operand_kernel(const float *scales, int64_t scale_ld, int n, int num_k_blocks, uint4 *operand) {
+    const int c = blockIdx.x * SCALE_OPERAND_THREADS + threadIdx.x;
+    if (c >= n) return;
+    for (int kb = blockIdx.y; kb < num_k_blocks; kb += gridDim.y) {
+        const float s = __ldg(scales + (int64_t)kb * scale_ld + c);
+        const uint32_t hi = __float_as_uint(s) & 0xffffe000u;
+        const uint32_t lo = __float_as_uint(s - __uint_as_float(hi));
+        uint4 *entry = operand + 2 * ((int64_t)kb * n + c);
+        entry[0] = make_uint4(hi, lo, 0u, 0u);
+        entry[1] = make_uint4(hi, 0u, 0u, 0u);
+    }
+}
+
+/* The context's device buffer for the scale operand, at least `bytes`; NULL
+ * where it cannot be had (inside a CUDA graph capture when it must grow, or
+ * out of memory): the GEMM then runs another tile. It grows after the
+ * kernels reading it (cudaFree synchronizes the device). */
+void *scale_operand_space(const bfp8_context *ctx, size_t bytes) {
+    bfp8_cuda_state *st = bfp8_cuda_state_of(ctx);
+    if (bytes <= st->gemm_scale_operand_bytes) return st->gemm_scale_operand;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(bfp8_stream_of(ctx), &capture) != cudaSuccess ||
+        capture != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    if (st->gemm_scale_operand) cudaFree(st->gemm_scale_operand);
+    st->gemm_scale_operand = nullptr;
+    st->gemm_scale_operand_bytes = 0;
+    const size_t want = (bytes + (2u << 20) - 1) / (2u << 20) * (2u << 20);
+    if (cudaMalloc(&st->gemm_scale_operand, want) != cudaSuccess) {
+        cudaGetLastError();
+        st->gemm_scale_operand = nullptr;
+        return nullptr;
+    }
+    st->gemm_scale_operand_bytes = want;
+    return st->gemm_scale_operand;
+}
+
+size_t scale_operand_bytes(const Params &p) {
+    return (size_t)p.num_k_blocks * (size_t)p.n * SCALE_OPERAND_ENTRY_BYTES;
+}
+
+/* Write the scale operand of b's scales and its tensor map: num_k_blocks
+ * matrices of n rows x 8 words, read in boxes of 8 words x bn rows, 32-byte
+ * swizzle (the layout the kernel's wgmma descriptor names). */
+bfp8_status make_scale_operand(const bfp8_context *ctx, const bfp8_qmatrix *b, const Params &p, int bn,
+                               CUtensorMap *map) {
+    void *space = scale_operand_space(ctx, scale_operand_bytes(p));
+    if (!space) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_gemm_1d1d: no device memory for the scale operand");
+    const dim3 grid((unsigned)bfp8_ceil_div(p.n, SCALE_OPERAND_THREADS),
+                    (unsigned)(p.num_k_blocks < 65535 ? p.num_k_blocks : 65535));
+    scale_operand_kernel<<<grid, SCALE_OPERAND_THREADS, 0, bfp8_stream_of(ctx)>>>(
+        b->scales, b->scale_ld, p.n, p.num_k_blocks, static_cast<uint4 *>(space));
+    BFP8_CUDA_CHECK_LAUNCH();
+    const uint64_t row_bytes = SCALE_OPERAND_ENTRY_BYTES;
+    return bfp8_cuda_tensor_map_3d(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, space, 8, (uint64_t)p.n,
+                                   (uint64_t)p.num_k_blocks, row_bytes, row_bytes * (uint64_t)p.n, 8, (uint32_t)bn,
+                                   CU_TENSOR_MAP_SWIZZLE_32B, "b scale operand");
+}
+
 const char *const TMA_OUT_NAMES[] = {"registers", "tma-bf16", "tma-f32", "tma-f32-add"};
 
 const char *env_or_null(const char *name) {
@@ -180,8 +251,10 @@ template <int BM, int BN, bool B_1X128, int TMA_OUT> constexpr int stages_for() 
     constexpr bool STAGING = TMA_OUT != bfp8_gemm::TMA_NONE;
     constexpr int limit = 227 * 1024 - bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>::STAGING_BYTES *
                                            bfp8_gemm::Warps<BM>::MATH_WG;
-    constexpr int per_stage = bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1>::STAGE_BYTES;
-    constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0); /* + alignment of the staging buffers */
+    using One = bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>;
+    constexpr int per_stage = One::STAGE_BYTES;
+    /* + alignment of the staging buffers and of the scale operands (SCALE_MMA) */
+    constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0) + (One::SCALE_MMA ? 1024 : 0);
     constexpr int fit = (limit - fixed) / (per_stage + 16);
     return fit > 8 ? 8 : fit;
 }
@@ -324,9 +397,12 @@ bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qm
         const uint64_t row_bytes = (uint64_t)p.ldd * bfp8_gemm::tma_out_bytes(TMA_OUT);
         const uint32_t box_cols = BF16 ? 64 : 32; /* 128 bytes */
         /* the kernel addresses a grouped 1D1D's D in 3-D, whatever the number of groups */
-        if (bfp8_gemm::Warps<BM>::ROW_GROUPS > 1) /* row groups: unswizzled boxes of 64 rows x BN / 2 */
-            BFP8_TRY(bfp8_cuda_tensor_map_2d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, row_bytes, BN / 2, 64,
-                                             CU_TENSOR_MAP_SWIZZLE_NONE, "d"));
+        /* row groups: unswizzled boxes of 64 rows x BN / 2 (SCALE_MMA: of 8 rows, one warp's) */
+        constexpr uint32_t ROW_GROUP_BOX_ROWS =
+            bfp8_gemm::SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>::SCALE_MMA ? 8 : 64;
+        if (bfp8_gemm::Warps<BM>::ROW_GROUPS > 1)
+            BFP8_TRY(bfp8_cuda_tensor_map_2d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, row_bytes, BN / 2,
+                                             ROW_GROUP_BOX_ROWS, CU_TENSOR_MAP_SWIZZLE_NONE, "d"));
         else if (B_1X128 && groups > 0)
             BFP8_TRY(bfp8_cuda_tensor_map_3d(&t->d, type, p.d, (uint64_t)p.n, (uint64_t)p.m, (uint64_t)groups,
                                              row_bytes, row_bytes * (uint64_t)p.m, box_cols, 64,
@@ -338,13 +414,20 @@ bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qm
     return BFP8_OK;
 }
 
-/* One persistent grid of the kernel K: as many clusters as units, up to the resident ones. */
+/* One persistent grid of the kernel K: as many clusters as units, up to the
+ * resident ones. behind: a programmatic dependent launch of the grid before
+ * it in the stream (which set Params::launch_dependents). */
 template <typename K>
 bfp8_status run_kernel(const bfp8_context *ctx, decltype(K::function) function, const TensorMaps &t,
-                       const Params &q, int64_t units, int max_clusters) {
-    cudaLaunchAttribute attr;
+                       const Params &q, int64_t units, int max_clusters, bool behind = false) {
+    cudaLaunchAttribute attr[2];
     cudaLaunchConfig_t cfg =
-        K::launch_config(ctx, &attr, (unsigned)((units < max_clusters ? units : max_clusters) * K::CLUSTER));
+        K::launch_config(ctx, attr, (unsigned)((units < max_clusters ? units : max_clusters) * K::CLUSTER));
+    if (behind) {
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.numAttrs = 2;
+    }
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, function, t.a, t.b, t.sa, t.sb, t.d, q));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
@@ -356,6 +439,7 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     using K = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT>;
     TensorMaps maps;
     BFP8_TRY((make_tensor_maps<BM, BN, CM, CN, B_1X128, TMA_OUT>(&maps, a, b, p)));
+    if constexpr (K::Layout::SCALE_MMA) BFP8_TRY(make_scale_operand(ctx, b, p, BN, &maps.sb));
 
     p.num_m_tiles = (int)bfp8_ceil_div(p.m, BM);
     p.num_n_tiles = (int)bfp8_ceil_div(p.n, BN);
@@ -395,13 +479,17 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
             using KS = Kernel<BM, BN, CM, CN, B_1X128, PIPELINED, TMA_OUT, true>;
             if (KS::max_active_clusters(ctx) < 1) /* (also sets its shared-memory size) */
                 return bfp8_fail(BFP8_ERR_CUDA, "the split GEMM kernel does not fit on this GPU");
-            if (p.num_whole_tiles > 0) {
+            /* the split units start on the SMs the whole tiles' grid leaves
+             * (a programmatic dependent launch), not after all of it */
+            const bool behind = p.num_whole_tiles > 0;
+            if (behind) {
                 Params whole = p;
                 whole.split = 1;
                 whole.num_units = p.num_whole_tiles;
+                whole.launch_dependents = 1;
                 BFP8_TRY(run_kernel<K>(ctx, K::function, maps, whole, whole.num_units, max_clusters));
             }
-            return run_kernel<KS>(ctx, KS::function, maps, p, p.num_units - p.num_whole_tiles, max_clusters);
+            return run_kernel<KS>(ctx, KS::function, maps, p, p.num_units - p.num_whole_tiles, max_clusters, behind);
         }
     }
     return run_kernel<K>(ctx, K::function, maps, p, p.num_units, max_clusters);
@@ -425,8 +513,14 @@ bfp8_status launch_config(const Config &c, const bfp8_context *ctx, const bfp8_q
     /* three math warpgroups leave no registers for the cluster bookkeeping;
      * their staging buffers cost stages */
     if (c.bm == 192) return launch<192, 128, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
+    /* (256 x 112 with TMA outputs needs the scale operand's memory; where that
+     * cannot be had, the next fastest tile) */
     if constexpr (B_1X128)
-        if (c.bm == 256) return launch<256, 112, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
+        if (c.bm == 256 &&
+            (TMA_OUT == bfp8_gemm::TMA_NONE || scale_operand_space(ctx, scale_operand_bytes(p)) != nullptr))
+            return launch<256, 112, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
+    if constexpr (B_1X128)
+        if (c.bm == 256) return launch<192, 128, 1, 1, B_1X128, false, TMA_OUT>(c, ctx, a, b, p);
     /* 1D2D only: the 1D1D two-accumulator kernel (B's scales to load too)
      * spills, and was the slowest 1D1D configuration before it did */
     if constexpr (!B_1X128)

@@ -105,6 +105,10 @@ struct Params {
     int num_whole_tiles;
     int split;
     int num_units;
+    /* The whole tiles' launch, followed by the split units' (SPLITS) launched
+     * as its programmatic dependent: 1 lets that grid's CTAs start on the SMs
+     * this grid's CTAs leave, instead of after the whole grid and a launch gap. */
+    int launch_dependents;
     float *split_partials;     /* per slice >= 1: BM x BN floats, per warpgroup, thread-interleaved */
     unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
     /* Grouped GEMMs (GROUPED kernels, one CTA per cluster).
@@ -228,22 +232,37 @@ template <int BM, int BN, bool B_1X128, int STAGES, int TMA_OUT = TMA_NONE> stru
     static constexpr uint32_t A_BYTES = BM * BLOCK_K;
     static constexpr uint32_t B_BYTES = BN * BLOCK_K;
     static constexpr uint32_t SA_BYTES = BM * 4;
-    static constexpr uint32_t SB_BYTES = B_1X128 ? (BN * 4 + 127) / 128 * 128 : 0; /* a TMA destination */
+    /* 1D1D 256 x 112 with TMA outputs: the promotion's scale products
+     * sa[row] * sb[col] come from a tf32 wgmma per row group (see
+     * step_row_groups), whose B operand is the k-block's column scales split
+     * into tf32 parts: BN rows of 8 tf32 (32 bytes, 32-byte swizzle), loaded by
+     * TMA with the stage (in place of the column scales) from what the host's
+     * scale_operand_kernel made of B's scales before the GEMM. The epilogue's
+     * staging is per warp and half as large (see the math warps' epilogue), so
+     * that four stages of it fit. */
+    static constexpr bool SCALE_MMA = B_1X128 && Warps<BM>::ROW_GROUPS == 2 && BN == 112 && TMA_OUT != TMA_NONE;
+    static constexpr uint32_t SCALE_OP_BYTES = BN * 32;
+    static constexpr uint32_t SB_BYTES = B_1X128 && !SCALE_MMA ? (BN * 4 + 127) / 128 * 128 : 0; /* a TMA destination */
     /* 1D1D with one row group: each stage's scales have two slots, taken by
      * the parity of the stage ring's round, so the TMA that refills a stage
      * writes its scales where the math warps are not reading (see promote) */
     static constexpr int SCALE_SLOTS = B_1X128 && Warps<BM>::ROW_GROUPS == 1 ? 2 : 1;
-    static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES + SCALE_SLOTS * (SA_BYTES + SB_BYTES);
+    static constexpr uint32_t STAGE_BYTES =
+        A_BYTES + B_BYTES + SCALE_SLOTS * (SA_BYTES + SB_BYTES) + (SCALE_MMA ? SCALE_OP_BYTES : 0);
     /* what the TMA unit writes into a stage: B's scales are BN floats, SB_BYTES is rounded up */
-    static constexpr uint32_t STAGE_TX_BYTES = A_BYTES + B_BYTES + SA_BYTES + (B_1X128 ? BN * 4 : 0);
+    static constexpr uint32_t STAGE_TX_BYTES =
+        A_BYTES + B_BYTES + SA_BYTES + (SCALE_MMA ? SCALE_OP_BYTES : B_1X128 ? BN * 4 : 0);
     static constexpr uint32_t OFF_A = 0;
     static constexpr uint32_t OFF_B = OFF_A + STAGES * A_BYTES;
     static constexpr uint32_t OFF_SA = OFF_B + STAGES * B_BYTES;
     static constexpr uint32_t OFF_SB = OFF_SA + SCALE_SLOTS * STAGES * SA_BYTES;
-    /* per math warpgroup; row groups: half as wide (a stage more fits) */
-    static constexpr uint32_t STAGING_BYTES = 64 * BN * tma_out_bytes(TMA_OUT) / Warps<BM>::ROW_GROUPS;
+    /* per math warpgroup; row groups: half as wide (a stage more fits); SCALE_MMA: 8 rows
+     * of such a half per warp (the scale operand's stages fit) */
+    static constexpr uint32_t STAGING_BYTES =
+        64 * BN * tma_out_bytes(TMA_OUT) / Warps<BM>::ROW_GROUPS / (SCALE_MMA ? 2 : 1);
     /* 1024-byte aligned: the swizzle pattern is a function of the address */
-    static constexpr uint32_t OFF_STAGING = (OFF_SB + SCALE_SLOTS * STAGES * SB_BYTES + 1023) / 1024 * 1024;
+    static constexpr uint32_t OFF_SCALE_OP = (OFF_SB + SCALE_SLOTS * STAGES * SB_BYTES + 1023) / 1024 * 1024;
+    static constexpr uint32_t OFF_STAGING = (OFF_SCALE_OP + (SCALE_MMA ? STAGES * SCALE_OP_BYTES : 0) + 1023) / 1024 * 1024;
     static constexpr uint32_t OFF_BARRIERS = OFF_STAGING + Warps<BM>::MATH_WG * STAGING_BYTES;
     /* + 1024 so the base can be aligned for the 128-byte swizzle pattern */
     static constexpr uint32_t TOTAL = OFF_BARRIERS + 2 * STAGES * 8 + 1024;
@@ -363,6 +382,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         fence_mbar_init();
     }
     if (CLUSTER > 1) cluster_sync(); else __syncthreads();
+    if (!SPLITS && p.launch_dependents) griddep_launch_dependents();
 
     const int num_clusters = gridDim.x / CLUSTER;
     const int cluster_id = blockIdx.x / CLUSTER;
@@ -377,7 +397,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         if (threadIdx.x == PRODUCER_THREAD) {
             int stage = 0;
             uint32_t phase = 0;
-            for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < num_units; u += num_clusters) {
+            for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < num_units; u = SPLITS ? num_units : u + num_clusters) {
                 const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
                 int cluster_row, cluster_col;
                 tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
@@ -388,7 +408,14 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     m0 = t.m0;
                     b0 = t.group * p.group_n + n0;
                 }
-                for (int kb = w.kb0; kb < w.kb1; ++kb) {
+                /* SCALE_MMA: the unit's k-blocks rounded up to whole rounds of the stage
+                 * ring, the extra ones loaded from past the end of the tensors: zeros.
+                 * (Not unrolled: with the 24 registers the producer keeps, copies spilled.) */
+                constexpr bool PAD_ROUNDS = L::SCALE_MMA;
+                const int kb_end = PAD_ROUNDS ? w.kb0 + (w.kb1 - w.kb0 + STAGES - 1) / STAGES * STAGES : w.kb1;
+#pragma unroll 1
+                for (int kb_run = w.kb0; kb_run < kb_end; ++kb_run) {
+                    const int kb = !PAD_ROUNDS || kb_run < w.kb1 ? kb_run : p.num_k_blocks + (kb_run - w.kb1);
                     mbar_wait(&empty[stage], phase ^ 1);
                     mbar_arrive_expect_tx(&full[stage], L::STAGE_TX_BYTES);
                     const int k0 = kb * BLOCK_K;
@@ -407,7 +434,10 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                     }
                     const int slot = stage + (L::SCALE_SLOTS == 2 && phase ? STAGES : 0); /* of the scales */
                     tma_load_2d(smem_sa + slot * BM, &tmap_scale_a, &full[stage], m0, kb);
-                    if (B_1X128)
+                    if constexpr (L::SCALE_MMA) /* B's scales as the scale wgmma's operand (3-D: k-block) */
+                        tma_load_3d(smem + L::OFF_SCALE_OP + stage * L::SCALE_OP_BYTES, &tmap_scale_b, &full[stage],
+                                    0, n0, kb);
+                    else if (B_1X128)
                         tma_load_2d(smem_sb + slot * (L::SB_BYTES / 4), &tmap_scale_b, &full[stage], n0, kb);
                     if (++stage == STAGES) {
                         stage = 0;
@@ -437,12 +467,17 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         const uint32_t desc_b_kept = wgmma_desc_lo(smem_b);
         const uint32_t sa_kept = smem_u32(smem_sa + row_in_tile);
         const uint32_t sb_kept = B_1X128 ? smem_u32(smem_sb + col_in_chunk) : 0u;
+        /* SCALE_MMA: a scale split into tf32 parts, hi (its upper 19 bits) + lo (the rest, exact) */
+        [[maybe_unused]] auto tf32_hi = [](float x) { return __float_as_uint(x) & 0xffffe000u; };
+        [[maybe_unused]] auto tf32_lo = [](float x) {
+            return __float_as_uint(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u));
+        };
 
-        for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < num_units; u += num_clusters) {
+        for (int u = (SPLITS ? p.num_whole_tiles : 0) + cluster_id; u < num_units; u = SPLITS ? num_units : u + num_clusters) {
             const Unit w = unit_of<SPLITS, K_GROUPED>(p, u);
             int cluster_row, cluster_col;
             tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
-            const int n0 = (cluster_col * CN + cn) * BN;
+            int n0 = (cluster_col * CN + cn) * BN;
             int m0 = (cluster_row * CM + cm) * BM;
             /* grouped 1D1D: the group's D rows start at d_row0; grouped 1D2D: the
              * group's rows end at m_end (both: p.m otherwise) */
@@ -506,7 +541,11 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * whose result went into it. */
             auto release_stage = [&](int s, uint32_t read) {
                 __syncwarp();
-                if (lane == 0 && (read & p.release_mask) == 0) {
+                /* (SCALE_MMA: the lane that arrives chosen by elect.sync, not by its
+                 * index: at the register cap, the index held through the k-loop
+                 * cost a spill) */
+                const bool leader = L::SCALE_MMA ? elect_one_lane() : lane == 0;
+                if (leader && (read & p.release_mask) == 0) {
                     const uint32_t bar = empty_kept + 8 * s;
                     if constexpr (CLUSTER == 1) {
                         mbar_arrive_at(bar);
@@ -576,6 +615,38 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * group's wgmma run) and kept in registers for all of them. */
             auto step_row_groups = [&](const int s) {
                 float unused0 = 0.0f, unused1 = 0.0f, unused2 = 0.0f, unused3 = 0.0f;
+                if constexpr (L::SCALE_MMA) {
+                    /* SCALE_MMA: per row group, its 4 wgmma into acc, then the products
+                     * sa[row] * sb[col] of all its elements into prod by one tf32 wgmma:
+                     * A (registers) has the row scale's hi part in columns 0-3 and its lo
+                     * part in 4-7, B (the slot's operand) the column scale as
+                     * (hi, lo, 0, 0, hi, 0, 0, 0); the sum hi.hi + hi.lo + lo.hi is
+                     * sa * sb to ~2^-21 (hi: the upper 19 bits, exact in tf32; lo = x - hi).
+                     * The promotion is then one FFMA an element, no column scale loaded. */
+                    float prod[ACC];
+                    const uint32_t scale_desc = desc_b_kept + ((L::OFF_SCALE_OP - L::OFF_B) >> 4) +
+                                                (uint32_t)s * (L::SCALE_OP_BYTES >> 4);
+#pragma unroll
+                    for (int g = 0; g < RG; ++g) {
+                        issue(s, phase, acc, nullptr, nullptr, unused0, unused1, unused2, unused3, g);
+                        const float sa0 = ld_shared_f32(sa_kept + s * (BM * 4) + (64 * g) * 4);
+                        const float sa1 = ld_shared_f32(sa_kept + s * (BM * 4) + (64 * g + 8) * 4);
+                        fence_accumulators(prod);
+                        wgmma_fence();
+                        wgmma_m64n112k8_tf32(prod, tf32_hi(sa0), tf32_hi(sa1), tf32_lo(sa0), tf32_lo(sa1),
+                                             wgmma_desc_sw32(scale_desc));
+                        wgmma_commit();
+                        wgmma_wait<0>();
+                        fence_accumulators(acc);
+                        fence_accumulators(prod);
+                        float *f = fin + g * ACC;
+#pragma unroll
+                        for (int i = 0; i < ACC; ++i) f[i] += prod[i] * acc[i];
+                    }
+                    /* every load from the stage went into a wgmma waited for above */
+                    release_stage(s, 0u);
+                    return;
+                }
                 issue(s, phase, acc, nullptr, nullptr, unused0, unused1, unused2, unused3, 0);
                 float2 col_scale[BN / 8];
                 float row_scale[2 * RG];
@@ -637,18 +708,30 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                  * immediate offsets, not an address made per k-block) */
                 const float *bs0 = b_scales0, *bs1 = b_scales1;
                 int kb = 0;
-                for (; kb < nk && (!UNROLL_STAGES || stage != 0); ++kb, ++bs0, ++bs1) {
-                    step(stage, bs0, bs1, split_tag);
-                    next_stage(stage, phase);
-                }
-                for (; UNROLL_STAGES && kb + STAGES <= nk; kb += STAGES, bs0 += STAGES, bs1 += STAGES) {
+                if constexpr (L::SCALE_MMA) {
+                    /* SCALE_MMA: whole rounds of the stage ring only. The producer rounds
+                     * every unit's k-blocks up to them (zeros loaded from past the end), so
+                     * each unit starts at stage 0 and the loop is the straight unrolled one
+                     * (a loop with partial rounds spills under the register cap). */
+                    for (int left = (nk + STAGES - 1) / STAGES; left > 0; --left) {
 #pragma unroll
-                    for (int u = 0; u < STAGES; ++u) step(u, bs0 + u, bs1 + u, split_tag);
-                    phase ^= 1;
-                }
-                for (; kb < nk; ++kb, ++bs0, ++bs1) {
-                    step(stage, bs0, bs1, split_tag);
-                    next_stage(stage, phase);
+                        for (int u = 0; u < STAGES; ++u) step(u, nullptr, nullptr, split_tag);
+                        phase ^= 1;
+                    }
+                } else {
+                    for (; kb < nk && (!UNROLL_STAGES || stage != 0); ++kb, ++bs0, ++bs1) {
+                        step(stage, bs0, bs1, split_tag);
+                        next_stage(stage, phase);
+                    }
+                    for (; UNROLL_STAGES && kb + STAGES <= nk; kb += STAGES, bs0 += STAGES, bs1 += STAGES) {
+#pragma unroll
+                        for (int u = 0; u < STAGES; ++u) step(u, bs0 + u, bs1 + u, split_tag);
+                        phase ^= 1;
+                    }
+                    for (; kb < nk; ++kb, ++bs0, ++bs1) {
+                        step(stage, bs0, bs1, split_tag);
+                        next_stage(stage, phase);
+                    }
                 }
             };
             /* PIPELINED: k-block kb+1's wgmma is in flight (into the other
@@ -701,12 +784,57 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
                 if (split == 128) mainloop(128);
                 else mainloop(64);
             }
+            if constexpr (L::SCALE_MMA) {
+                /* the tile's place remade from u, not kept through the k-loop: at the
+                 * register cap, u was spilled otherwise */
+                tile_coordinates(w.tile, num_cluster_rows, num_cluster_cols, p.group_m, &cluster_row, &cluster_col);
+                n0 = cluster_col * BN;
+                m0 = cluster_row * BM;
+            }
             /* (the unit's place among the split ones, remade from u: one register less in the loop) */
             if (SPLITS && u >= p.num_whole_tiles &&
                 !combine_k_slices<W::MATH_WG>(p, u - p.num_whole_tiles, warpgroup, fin))
                 continue;
 
-            if constexpr (TMA_OUT != TMA_NONE && RG > 1) {
+            if constexpr (L::SCALE_MMA) {
+                /* SCALE_MMA (row groups): each warp stores its own rows, through its
+                 * own staging buffer of 8 rows x BN / 2 f32 (D's tensor map has boxes
+                 * of that shape): for each row group, half (in columns) and 8-row
+                 * half of the warp's 16 rows in turn, one TMA each, stored or added
+                 * into D. Synchronized within the warp only. (The thread's place is
+                 * read again: kept through the k-loop, it took a register the loop needs.) */
+                constexpr int HALF = BN / 2, HALF_J = BN / 16; /* columns, and 8-column chunks, of a half */
+                const int t = (int)thread_index_read() % 128, wq = t / 32, row = (t % 32) / 4, cic = 2 * (t % 4);
+                const bool leader = t % 32 == 0;
+                float *staging =
+                    reinterpret_cast<float *>(smem + L::OFF_STAGING + warpgroup * L::STAGING_BYTES) + wq * 8 * HALF;
+#pragma unroll
+                for (int g = 0; g < RG; ++g) {
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) { /* rows row + 8 r of the warp's 16 */
+                            if (leader) bulk_wait_read_all(); /* the buffer's previous store has read it */
+                            __syncwarp();
+                            const float *f = fin + g * ACC + 4 * HALF_J * h + 2 * r;
+#pragma unroll
+                            for (int j = 0; j < HALF_J; ++j)
+                                *reinterpret_cast<float2 *>(staging + row * HALF + 8 * j + cic) =
+                                    make_float2(f[4 * j], f[4 * j + 1]);
+                            fence_proxy_async_shared();
+                            __syncwarp();
+                            const int row0 = m0 + warpgroup * 64 * RG + 64 * g + 16 * wq + 8 * r, col0 = n0 + HALF * h;
+                            if (leader && row0 < p.m && col0 < p.n) { /* (no box wholly outside D) */
+                                if constexpr (TMA_OUT == TMA_F32_ADD)
+                                    tma_reduce_add_2d(&tmap_d, staging, col0, row0);
+                                else
+                                    tma_store_2d(&tmap_d, staging, col0, row0);
+                                bulk_commit_group();
+                            }
+                        }
+                    }
+                }
+            } else if constexpr (TMA_OUT != TMA_NONE && RG > 1) {
                 /* Row groups: each half (in columns) of each of the warpgroup's row
                  * groups in turn through its staging buffer, 64 rows x BN / 2 f32
                  * unswizzled (D's tensor map has boxes of that shape), stored or
@@ -814,6 +942,11 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
 
     /* a peer may still multicast into, or arrive on, this CTA's shared memory */
     if (CLUSTER > 1) cluster_sync();
+    /* SPLITS, launched behind the whole tiles' grid (launch_dependents): its
+     * units touch none of that grid's outputs, so nothing waits for it but
+     * the end, so that this grid completes after it and a kernel stream-ordered
+     * behind us sees every tile (a no-op when launched normally) */
+    if constexpr (SPLITS) griddep_wait();
 }
 
 } /* namespace bfp8_gemm */

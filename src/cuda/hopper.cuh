@@ -73,6 +73,27 @@ __device__ __forceinline__ float2 ld_shared_f32x2(uint32_t addr) {
     return v;
 }
 
+/* threadIdx.x, read from the special register here: the compiler cannot reuse
+ * an earlier read (or what it computed from one) held in a register. */
+__device__ __forceinline__ uint32_t thread_index_read() {
+    uint32_t t;
+    asm volatile("mov.u32 %0, %%tid.x;" : "=r"(t));
+    return t;
+}
+
+/* True in one lane of the (converged) warp, the same one for all: elect.sync. */
+__device__ __forceinline__ bool elect_one_lane() {
+    uint32_t elected = 0;
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "elect.sync _|p, 0xffffffff;\n"
+        "selp.u32 %0, 1, 0, p;\n"
+        "}\n"
+        : "=r"(elected));
+    return elected != 0;
+}
+
 /* Wait until the phase with parity `parity` has completed. */
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     asm volatile(
@@ -119,6 +140,16 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
         " [%0], [%1, {%3, %4}], [%2];" ::"r"(smem_u32(dst)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+        : "memory");
+}
+
+/* The same for a 3-D map, at (c0 = inner coordinate, c1, c2). */
+__device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
+                                            int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        " [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(smem_u32(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
         : "memory");
 }
 
@@ -229,6 +260,14 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t lo) {
     return (uint64_t)WGMMA_DESC_SW128_HI << 32 | lo;
 }
 
+/* The same for a K-major tile of 32-byte rows (8 tf32) written by TMA with
+ * 32-byte swizzle (the 16-byte half h of row r at half h ^ ((r >> 2) & 1)),
+ * 8-row groups 256 bytes apart, at a 256-byte aligned address. */
+constexpr uint32_t WGMMA_DESC_SW32_HI = (256u >> 4) | (3u << 30);
+__device__ __forceinline__ uint64_t wgmma_desc_sw32(uint32_t lo) {
+    return (uint64_t)WGMMA_DESC_SW32_HI << 32 | lo | (1u << 16);
+}
+
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
@@ -335,6 +374,32 @@ __device__ __forceinline__ void wgmma_m64n112k32_e4m3(float (&d)[56], uint64_t d
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/* D(64 x 112, f32) = A(64 x 8, tf32, registers) . B(112 x 8, tf32, smem)^T,
+ * not accumulated (D's registers are read-write operands only so that the
+ * compiler keeps them where the previous use left them). a0..a3: the
+ * thread's A fragment, rows lane / 4 and lane / 4 + 8 of its warp's 16,
+ * column lane % 4 (a0, a1) and lane % 4 + 4 (a2, a3). The tensor core reads
+ * the upper 19 bits of each operand. */
+__device__ __forceinline__ void wgmma_m64n112k8_tf32(float (&d)[56], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                     uint32_t a3, uint64_t desc_b) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n112k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55"
+        "}, {%56, %57, %58, %59}, %60, 0, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc_b));
 }
 
 } /* namespace bfp8_sm90 */

@@ -42,6 +42,7 @@ void bfp8_cuda_context_release(bfp8_context *ctx) {
     if (st->cublaslt_workspace) cudaFree(st->cublaslt_workspace);
     if (st->gemm_split_workspace) cudaFree(st->gemm_split_workspace);
     if (st->gemm_group_table) cudaFree(st->gemm_group_table);
+    if (st->gemm_scale_operand) cudaFree(st->gemm_scale_operand);
     free(st);
     ctx->cuda_state = NULL;
 }
