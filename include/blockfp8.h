@@ -141,7 +141,7 @@ typedef enum bfp8_granularity {
  *         multiple of 128 KiB (x^T of 131072 tokens) puts the rows of a
  *         128 x 128 tile on few DRAM channels, and writing such an x^T is
  *         ~2% slower on an H200 than with ld 128 bytes larger
- *         (bench/results/2026-12-02_h200_s16_pad_ld_linear_wgrad.txt).
+ *         (bench/results/2026-12-02_quantize_pad_ld_h200.txt).
  *         The canonical layout does not pad: the canonical layout of
  *         fewer rows or columns must fit in the buffer of the most.
  * Scales, BFP8_GRAN_1X128 ("MN-major"):

@@ -6,7 +6,7 @@ A math warp frees a pipeline stage with an mbarrier arrive (SASS
 `SYNCS.ARRIVE...A1T0`). That instruction does not wait for shared-memory
 loads (LDS) issued before it: ptxas places it before their first use. The
 producer's next TMA into the stage can then land before such a load reads
-it (session 19 measured it: bench/results/2026-12-02_gemm_1d2d_h200_s19_stage_release_race.txt).
+it (measured in bench/results/2026-12-02_gemm_stage_release_h200.txt).
 The kernels make every arrive depend on the scales they loaded
 (release_stage in src/cuda/gemm_fp8_kernel.cuh); this audit checks the SASS:
 at each arrive, no LDS may still hold its write scoreboard (no instruction

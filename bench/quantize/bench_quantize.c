@@ -1,6 +1,6 @@
 /*
  * bench_quantize.c - the CUDA quantizers against the device-to-device copy
- * bandwidth measured in the same run (issue #3, docs/TARGETS.md).
+ * bandwidth measured in the same run (the bars: docs/TARGETS.md).
  *
  *   bench_quantize [--warmup N] [--reps N] [--json FILE] [--quick] [--profile] [--no-check]
  *                  [--act RxC]... [--weight RxC]... [--dtype bf16|f32] [--chain] [--no-pdl]
@@ -41,9 +41,9 @@
  * --settle-ms N: the GPU idles N ms (default 300; 0: none) after a
  * workload's buffers are allocated and filled, before they are timed.
  * Right after GiB-sized buffers are freed and others allocated, the first
- * ~10 ms of kernels run up to 9% slower (session 14: W+W^T's first chains
- * at 67 us a call, then 61; bench/results/2026-12-01_quantize_h200_s14_
- * settle.txt), which a short kernel's whole timing can fall into.
+ * ~10 ms of kernels run up to 9% slower (on an H200, W+W^T's first chains
+ * at 67 us a call, then 61), which a short kernel's whole timing can fall
+ * into.
  * --pad-ld BYTES: every code matrix gets BYTES (a multiple of 16) more
  * than the canonical ld between its rows (bfp8_qmatrix_layout), to see
  * what the row stride of x^T does to DRAM traffic.
@@ -332,7 +332,7 @@ static double measure_copy(size_t bytes, int warmup, int reps, bench_timing *out
                                         1.0f, 99, stream));
     BENCH_CUDA_OR_DIE(cudaMemsetAsync(c.dst, 0x5a, bytes, stream));
     /* (not settled: its chains are flat right after the allocation, and settled it read
-     * 0.6% lower in S14-11, which would flatter every kernel's percentage) */
+     * 0.6% lower on an H200, which would flatter every kernel's percentage) */
     *out = time_calls(call_copy, &c, 1, warmup, reps);
     BENCH_CUDA_OR_DIE(cudaFree(c.src));
     BENCH_CUDA_OR_DIE(cudaFree(c.dst));

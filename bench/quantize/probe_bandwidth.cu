@@ -1,7 +1,7 @@
 /*
  * probe_bandwidth.cu - what the memory system gives the byte mixes of the
- * quantizers, without any quantization (issue #3: where is the ceiling of a
- * kernel that reads x once and writes two code matrices?).
+ * quantizers, without any quantization: where is the ceiling of a kernel
+ * that reads x once and writes two code matrices?
  *
  *   probe_bandwidth [--rows R] [--cols C] [--reps N]
  *

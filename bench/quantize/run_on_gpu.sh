@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_on_gpu.sh - the whole GPU pass of issue #3 (CUDA quantizers), from
+# run_on_gpu.sh - the whole GPU pass of the CUDA quantizers, from
 # binaries built elsewhere (never rebuilds):
 #
 #   1. compute-sanitizer memcheck: gpu_quantize --small, gpu_convert --small

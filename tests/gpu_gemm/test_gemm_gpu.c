@@ -9,7 +9,7 @@
  *                            shapes (BFP8_GEMM_CONFIG forced)
  *   test_gemm_gpu --profile  only one 1D2D and one 1D1D launch on 8192^3, for
  *                            ncu -k regex:gemm_fp8
- *   test_gemm_gpu --crash-sweep CONFIG  only issue 5's crash shapes, every
+ *   test_gemm_gpu --crash-sweep CONFIG  only the wgrad crash shapes, every
  *                            output mode, under BFP8_GEMM_CONFIG=CONFIG (for
  *                            compute-sanitizer on one configuration)
  *
@@ -453,7 +453,7 @@ static void time_configs(const char *filter) {
     }
 }
 
-/* wgrad shapes that crash other implementations (issue 5), and ragged token counts */
+/* wgrad shapes that crash other implementations, and ragged token counts */
 static const int64_t crash_shapes[][3] = {/* N, K, M tokens */ {1536, 256, 2048}, {512, 1024, 147456 / 8},
                                           {768, 768, 133},  {768, 256, 1},    {256, 768, 4095},
                                           {384, 136, 4097}, {1000, 129, 127}};
@@ -515,7 +515,7 @@ int main(int argc, char **argv) {
         return test_exit_code("test_gemm_gpu --profile");
     }
 
-    /* Ragged shapes (RECIPE.md section 6, issue 4 and 5 lists), hard data. */
+    /* Ragged shapes (RECIPE.md section 6), hard data. */
     static const int64_t ms[] = {1, 64, 127, 129, 1000};
     static const int64_t ns[] = {128, 2112, 7176};
     static const int64_t ks[] = {128, 1000, 4096};
@@ -573,7 +573,8 @@ int main(int argc, char **argv) {
     if (!small) {
         /* the 1b trainer's largest fprop: 192x128 tiles, 3 stages beside the
          * f32 staging buffers; a stage refilled before its row scales were
-         * read changed about one call in eight here (session 19) */
+         * read changed about one call in eight here (the race that
+         * release_stage closes) */
         check_repeatable(GEMM_1D2D, 16384, 11264, 2048, BFP8_F32, seed++, 12);
         run_case(GEMM_1D1D, 512, 1024, 147456, BFP8_F32, 0, 0, seed++);
         /* TARGETS.md shapes, sampled tiles */

@@ -10,7 +10,7 @@
  * 60 dB SQNR of the CPU's. Through bfp8_linear the quantizers are bit-exact
  * but the GEMMs sum in another order, so a code may round the other way
  * downstream and the two fp8 results differ by about their own quantization
- * noise (17 dB between CPU and GPU fp8 gradients, run S8-4): there the bar
+ * noise (about 17 dB between CPU and GPU fp8 gradients): there the bar
  * is the loss within 1e-3 relative and the GPU's gradients as close to the
  * exact fp32 gradients as the CPU's are (worst tensor within 3 dB of the
  * CPU's SQNR; bf16 also at least 40 dB). Measured values are printed.
