@@ -1,10 +1,10 @@
 /*
  * hopper.cuh - thin wrappers over the sm_90a instructions the kernels use:
  * mbarriers, programmatic dependent launch, the tensor-memory accelerator
- * (TMA, cp.async.bulk.tensor), warpgroup MMA (wgmma) and register
- * reallocation. Each wrapper is one PTX instruction (or a wait loop around
- * one), so the kernels read as the algorithm. Written from the PTX ISA
- * (version 8.x).
+ * (TMA, cp.async.bulk.tensor), cp.async, cache-hinted stores, the fp8
+ * converter, warpgroup MMA (wgmma) and register reallocation. Each wrapper
+ * is one PTX instruction (or a wait loop around one), so the kernels read as
+ * the algorithm. Written from the PTX ISA (version 8.x).
  */
 #pragma once
 
@@ -185,6 +185,36 @@ __device__ __forceinline__ void fence_proxy_async_shared() {
 /* Barrier `id` (1..15) among `threads` threads of the CTA. */
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* ------------------------------------------------------------------------ */
+/* cp.async, stores with a cache policy, conversion to fp8                   */
+
+/* 16 bytes from global to shared memory, asynchronously (in the thread's
+ * current cp.async group; through L2 only). */
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Wait until at most kPending of the thread's committed groups are in flight. */
+template <int kPending> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+/* A 16-byte store whose L2 line is kept in preference to others. */
+__device__ __forceinline__ void st_global_16_evict_last(uint8_t *dst, uint4 v) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(dst), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w), "l"(policy)
+                 : "memory");
+}
+
+/* Two e4m3 codes (round to nearest even, saturating) in the low 16 bits: lo at the lower address. */
+__device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
+    uint16_t h;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
+    return h;
 }
 
 /* ------------------------------------------------------------------------ */
