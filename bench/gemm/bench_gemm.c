@@ -27,7 +27,7 @@
  * included, is timed at the clock the GPU holds under sustained load (timed
  * right after the process's setup, an idle GPU ran the first shape's calls
  * at a boost clock: cuBLASLt's 1D1D 4096x4096 over 16384 read 898-1015
- * TFLOP/s there, 834-845 settled; H200, session 21). --soak S: after
+ * TFLOP/s there, 834-845 settled, on an H200). --soak S: after
  * the interleaved timing of a shape, each variant alone for S seconds
  * (bench_time_soak), with the SM clock and board power read through NVML:
  * every FP8 GEMM here holds an H200 at its 700 W limit, so each settles at
