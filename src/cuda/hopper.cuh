@@ -188,7 +188,7 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* cp.async, stores with a cache policy, conversion to fp8                   */
+/* cp.async, stores with a cache policy, conversion to fp8 and bf16          */
 
 /* 16 bytes from global to shared memory, asynchronously (in the thread's
  * current cp.async group; through L2 only). */
@@ -215,6 +215,18 @@ __device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
     uint16_t h;
     asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
     return h;
+}
+/* The same for e5m2. */
+__device__ __forceinline__ uint32_t cvt_e5m2x2(float lo, float hi) {
+    uint16_t h;
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
+    return h;
+}
+/* Two bf16 (round to nearest even): lo in the low 16 bits. */
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
 }
 
 /* ------------------------------------------------------------------------ */
