@@ -104,6 +104,23 @@ bfp8_backend bfp8_context_backend(const bfp8_context *ctx);
 bfp8_status bfp8_context_set_stream(bfp8_context *ctx, void *cuda_stream);
 bfp8_status bfp8_context_synchronize(bfp8_context *ctx);
 
+/*
+ * Switches of a context, each 0 (off) or 1 (on). They change how work is
+ * launched, never its result; the CPU backend keeps them and ignores them.
+ *   BFP8_OPTION_QUANTIZE_PDL      (default 1) the CUDA quantizers start as
+ *       programmatic dependents of the kernel before them on the stream: their
+ *       CTAs are scheduled while that kernel drains and wait for it before
+ *       touching memory.
+ *   BFP8_OPTION_QUANTIZE_WARM_L2  (default 1) before that wait, the first
+ *       resident CTAs of a quantizer ask L2 for the first rows of their tile.
+ */
+typedef enum bfp8_context_option {
+    BFP8_OPTION_QUANTIZE_PDL = 0,
+    BFP8_OPTION_QUANTIZE_WARM_L2 = 1
+} bfp8_context_option;
+bfp8_status bfp8_context_set_option(bfp8_context *ctx, bfp8_context_option option, int value);
+bfp8_status bfp8_context_get_option(const bfp8_context *ctx, bfp8_context_option option, int *value);
+
 /* Backend memory: host memory (64-byte aligned) on CPU, device memory on CUDA. */
 bfp8_status bfp8_malloc(bfp8_context *ctx, void **ptr, size_t bytes);
 void bfp8_free(bfp8_context *ctx, void *ptr);

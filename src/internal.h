@@ -41,6 +41,8 @@ struct bfp8_context {
     int device;          /* CUDA device ordinal */
     void *stream;        /* cudaStream_t */
     void *cuda_state;    /* src/cuda: cuBLASLt handle, workspace, device properties */
+    int quantize_pdl;    /* BFP8_OPTION_QUANTIZE_PDL */
+    int quantize_warm_l2; /* BFP8_OPTION_QUANTIZE_WARM_L2 */
 };
 
 bfp8_status bfp8_cuda_context_init(bfp8_context *ctx);

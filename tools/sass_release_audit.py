@@ -6,17 +6,18 @@ A math warp frees a pipeline stage with an mbarrier arrive (SASS
 `SYNCS.ARRIVE...A1T0`). That instruction does not wait for shared-memory
 loads (LDS) issued before it: ptxas places it before their first use. The
 producer's next TMA into the stage can then land before such a load reads
-it (measured in bench/results/2026-12-02_gemm_stage_release_h200.txt).
+it, and rows of a tile are promoted with the scale of a later k-block.
 The kernels make every arrive depend on the scales they loaded
-(release_stage in src/cuda/gemm_fp8_kernel.cuh); this audit checks the SASS:
-at each arrive, no LDS may still hold its write scoreboard (no instruction
-since the LDS waited on it). 1D1D kernels of one row group (BM 128 or 192)
-keep each stage's scales in two slots, one per round parity, and free a
-stage before reading its scales; what they need is weaker: a load must have
-returned before the warp's next arrive (the slot is written again two rounds
-on), so there a load may be pending at one arrive but not at the one after.
-The scan is linear within straight-line code (a branch forgets what is
-pending), so it can miss a case across a branch, never invent one.
+(release_stage in src/cuda/gemm_fp8_pipeline.cuh); this audit checks the
+SASS: at each arrive, no LDS may still hold its write scoreboard (no
+instruction since the LDS waited on it). 1D1D kernels of one row group (BM
+128 or 192) keep each stage's scales in two slots, one per round parity,
+and free a stage before reading its scales; what they need is weaker: a
+load must have returned before the warp's next arrive (the slot is written
+again two rounds on), so there a load may be pending at one arrive but not
+at the one after. The scan is linear within straight-line code (a branch
+forgets what is pending), so it can miss a case across a branch, never
+invent one.
 
     tools/sass_release_audit.py OBJECT_OR_SASS... [--cuobjdump PATH]
 
@@ -31,7 +32,7 @@ import shutil
 import subprocess
 import sys
 
-KERNEL = "gemm_fp8_blockwise_kernel"
+KERNEL = r"gemm_fp8_1d[12]d_kernel"
 
 
 def find_cuobjdump(given):
@@ -81,9 +82,9 @@ def kernels(text):
 
 
 def two_scale_slots(name):
-    """Whether the kernel (by its template arguments BM, BN, CM, CN, B_1X128) keeps two scale slots a stage."""
-    m = re.search(KERNEL + r"ILi(\d+)ELi\d+ELi\d+ELi\d+ELb([01])E", name)
-    return bool(m) and m.group(2) == "1" and m.group(1) != "256"
+    """Whether the kernel keeps two scale slots a stage: 1D1D with BM (its first template argument) not 256."""
+    m = re.search(r"gemm_fp8_1d1d_kernelILi(\d+)E", name)
+    return bool(m) and m.group(1) != "256"
 
 
 def unsafe_releases(insts, slack=0):
@@ -146,11 +147,13 @@ def main(argv):
     seen = unsafe = 0
     for text in texts:
         for name, insts in sorted(kernels(text).items()):
-            if KERNEL not in name:
+            if not re.search(KERNEL, name):
                 continue
             seen += 1
             bad = unsafe_releases(insts, 1 if two_scale_slots(name) else 0)
-            short = re.sub(r"^.*" + KERNEL + r"I(.*?)EEEv.*$", r"\1", name)
+            m = re.search("(" + KERNEL + r")I(.*?)EEEv", name)
+            args = re.sub(r"L[ib](\d+)E", r"\1,", m.group(2) + "E").rstrip(",") if m else name
+            short = f"{m.group(1)}<{args.replace(',', ', ')}>" if m else name
             arrives = sum(1 for i in insts if "SYNCS.ARRIVE" in i[1] and "A1T0" in i[1])
             if bad:
                 unsafe += 1

@@ -29,12 +29,13 @@
  * --chain: time chains of --reps calls with nothing between them (the copy
  * too), the median over 7 chains, instead of an event between calls.
  * --no-pdl: launch the quantizers without programmatic dependent launch
- * (the library's default launches each behind the previous kernel of the
- * stream: quantize_common.cuh, g_pdl). Timed with events between calls,
- * PDL changes nothing (an event record is not a kernel); in chains it saves
- * a launch's latency per call.
+ * (the context option BFP8_OPTION_QUANTIZE_PDL off; by default each is
+ * launched behind the previous kernel of the stream). Timed with events
+ * between calls, PDL changes nothing (an event record is not a kernel); in
+ * chains it saves a launch's latency per call.
  * --no-warm-l2: the first resident CTAs of a quantizer no longer ask L2 for
- * 64 rows of their tile before they wait for the previous kernel (g_warm_l2).
+ * 64 rows of their tile before they wait for the previous kernel
+ * (BFP8_OPTION_QUANTIZE_WARM_L2 off).
  * --ab-warm-l2: after each timing, four more of the same kernel, warm-up
  * off, on, off, on, in the same process (same buffers), printed as % of the
  * copy under the kernel's line.
@@ -74,12 +75,6 @@ typedef struct result {
     int64_t check_errors; /* -1: not checked */
 } result;
 
-/* Benchmark hook of src/cuda/quantize_1x128.cu (not in the public API):
- * whether later CUDA quantize calls launch with programmatic dependent
- * launch (0 / 1); returns the previous setting. */
-extern int bfp8_cuda_quantize_set_pdl(int on);
-/* The same for the L2 warm-up of the first resident CTAs (quantize_common.cuh, g_warm_l2). */
-extern int bfp8_cuda_quantize_set_warm_l2(int on);
 enum { kMaxResults = 96 }; /* 5 kernels x 2 input types x the shapes given */
 static result results[kMaxResults];
 static int n_results = 0;
@@ -353,7 +348,7 @@ static void usage(const char *prog) {
 int main(int argc, char **argv) {
     int warmup = 5, reps = 30, quick = 0, profile = 0, check = 1;
     const char *json = NULL;
-    int ab_warm = 0;
+    int ab_warm = 0, pdl = 1, warm_l2 = 1;
     enum { kMaxShapes = 8 };
     int64_t shapes[2 * kMaxShapes][2]; /* activations, then weights */
     int is_weight[2 * kMaxShapes], n_given = 0, d_first = 0, d_last = 1;
@@ -366,8 +361,8 @@ int main(int argc, char **argv) {
         else if (strcmp(a, "--profile") == 0) profile = 1;
         else if (strcmp(a, "--no-check") == 0) check = 0;
         else if (strcmp(a, "--chain") == 0) chain_timing = 1;
-        else if (strcmp(a, "--no-pdl") == 0) bfp8_cuda_quantize_set_pdl(0);
-        else if (strcmp(a, "--no-warm-l2") == 0) bfp8_cuda_quantize_set_warm_l2(0);
+        else if (strcmp(a, "--no-pdl") == 0) pdl = 0;
+        else if (strcmp(a, "--no-warm-l2") == 0) warm_l2 = 0;
         else if (strcmp(a, "--ab-warm-l2") == 0) ab_warm = 1;
         else if (strcmp(a, "--settle-ms") == 0 && v) {
             settle_ms = atoi(v);
@@ -410,10 +405,8 @@ int main(int argc, char **argv) {
     bench_device_info dev;
     bench_device_info_read(0, &dev);
     bench_device_info_print(stdout, &dev);
-    const int pdl = bfp8_cuda_quantize_set_pdl(0);
-    bfp8_cuda_quantize_set_pdl(pdl);
-    const int warm_l2 = bfp8_cuda_quantize_set_warm_l2(0);
-    bfp8_cuda_quantize_set_warm_l2(warm_l2);
+    BENCH_BFP8_OR_DIE(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_PDL, pdl));
+    BENCH_BFP8_OR_DIE(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_WARM_L2, warm_l2));
     printf("timing: %s; quantizers launched %s programmatic dependent launch, L2 warm-up %s; "
            "%d ms idle after each workload's allocation\n",
            chain_timing ? "chains of calls with nothing between them (median of 7 chains)"
@@ -492,12 +485,12 @@ int main(int argc, char **argv) {
                 if (ab_warm && r->t.ok) { /* off, on, off, on: the same buffers, one process */
                     double pct[2][2];
                     for (int k = 0; k < 4; ++k) {
-                        bfp8_cuda_quantize_set_warm_l2(k % 2);
+                        BENCH_BFP8_OR_DIE(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_WARM_L2, k % 2));
                         const bench_timing t = time_calls(call_quantize, &w, kSets, warmup, reps);
                         pct[k % 2][k / 2] =
                             t.ok ? 100.0 * gbps_of(r, t.median_ms) / copy_gbps : NAN;
                     }
-                    bfp8_cuda_quantize_set_warm_l2(warm_l2);
+                    BENCH_BFP8_OR_DIE(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_WARM_L2, warm_l2));
                     printf("    L2 warm-up A/B, %% of copy: off %.1f / %.1f, on %.1f / %.1f\n", pct[0][0], pct[0][1],
                            pct[1][0], pct[1][1]);
                 }

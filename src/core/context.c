@@ -17,6 +17,8 @@ bfp8_status bfp8_context_create(bfp8_context **ctx, bfp8_backend backend, int de
     if (!c) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_context_create: out of host memory");
     c->backend = backend;
     c->device = device_ordinal;
+    c->quantize_pdl = 1;
+    c->quantize_warm_l2 = 1;
     if (backend == BFP8_BACKEND_CUDA) {
         bfp8_status st = bfp8_cuda_context_init(c);
         if (st != BFP8_OK) {
@@ -41,6 +43,33 @@ bfp8_status bfp8_context_set_stream(bfp8_context *ctx, void *cuda_stream) {
     if (ctx->backend != BFP8_BACKEND_CUDA)
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "bfp8_context_set_stream: the context is not CUDA");
     ctx->stream = cuda_stream;
+    return BFP8_OK;
+}
+
+/* The field of ctx that holds `option`; NULL for an unknown option. */
+static int *option_field(bfp8_context *ctx, bfp8_context_option option) {
+    switch (option) {
+    case BFP8_OPTION_QUANTIZE_PDL: return &ctx->quantize_pdl;
+    case BFP8_OPTION_QUANTIZE_WARM_L2: return &ctx->quantize_warm_l2;
+    }
+    return NULL;
+}
+
+bfp8_status bfp8_context_set_option(bfp8_context *ctx, bfp8_context_option option, int value) {
+    if (!ctx) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_context_set_option: ctx is NULL");
+    int *field = option_field(ctx, option);
+    if (!field) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_context_set_option: unknown option %d", (int)option);
+    if (value != 0 && value != 1)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_context_set_option: value %d (0 or 1)", value);
+    *field = value;
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_context_get_option(const bfp8_context *ctx, bfp8_context_option option, int *value) {
+    if (!ctx || !value) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_context_get_option: ctx or value is NULL");
+    const int *field = option_field((bfp8_context *)ctx, option);
+    if (!field) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_context_get_option: unknown option %d", (int)option);
+    *value = *field;
     return BFP8_OK;
 }
 

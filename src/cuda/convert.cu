@@ -11,6 +11,7 @@
  * else scalar accesses (ragged row ends, odd layouts).
  */
 #include "cuda/cuda_common.cuh"
+#include "cuda/hopper.cuh"
 #include "formats/formats.h"
 
 namespace {
@@ -36,8 +37,7 @@ template <> struct fmt<BFP8_BF16> {
     using T = uint16_t;
     static __device__ __forceinline__ float decode(T s) { return bfp8_decode_bf16(s); }
     static __device__ __forceinline__ void encode2(float a, float b, T &x, T &y) {
-        uint32_t d;
-        asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(b), "f"(a));
+        const uint32_t d = bfp8_sm90::cvt_bf16x2(a, b);
         x = (T)(d & 0xffffu);
         y = (T)(d >> 16);
     }
@@ -47,8 +47,7 @@ template <> struct fmt<BFP8_E4M3> {
     using T = uint8_t;
     static __device__ __forceinline__ float decode(T s) { return bfp8_decode_e4m3(s); }
     static __device__ __forceinline__ void encode2(float a, float b, T &x, T &y) {
-        uint16_t d;
-        asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(b), "f"(a));
+        const uint16_t d = (uint16_t)bfp8_sm90::cvt_e4m3x2(a, b);
         x = (T)(d & 0xffu);
         y = (T)(d >> 8);
     }
@@ -58,8 +57,7 @@ template <> struct fmt<BFP8_E5M2> {
     using T = uint8_t;
     static __device__ __forceinline__ float decode(T s) { return bfp8_decode_e5m2(s); }
     static __device__ __forceinline__ void encode2(float a, float b, T &x, T &y) {
-        uint16_t d;
-        asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(d) : "f"(b), "f"(a));
+        const uint16_t d = (uint16_t)bfp8_sm90::cvt_e5m2x2(a, b);
         x = (T)(d & 0xffu);
         y = (T)(d >> 8);
     }

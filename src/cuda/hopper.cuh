@@ -1,9 +1,10 @@
 /*
- * hopper.cuh - thin wrappers over the sm_90a instructions the GEMMs use:
- * mbarriers, the tensor-memory accelerator (TMA, cp.async.bulk.tensor),
- * cluster addressing, warpgroup MMA (wgmma) and register reallocation.
- * Each wrapper is one PTX instruction (or a wait loop around one), so the
- * kernels read as the algorithm. Written from the PTX ISA (version 8.x).
+ * hopper.cuh - thin wrappers over the sm_90a instructions the kernels use:
+ * mbarriers, programmatic dependent launch, the tensor-memory accelerator
+ * (TMA, cp.async.bulk.tensor), cp.async, cache-hinted stores, the fp8
+ * converter, warpgroup MMA (wgmma) and register reallocation. Each wrapper
+ * is one PTX instruction (or a wait loop around one), so the kernels read as
+ * the algorithm. Written from the PTX ISA (version 8.x).
  */
 #pragma once
 
@@ -39,19 +40,6 @@ __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t by
  * every use. */
 __device__ __forceinline__ void mbar_arrive_at(uint32_t bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-/* Arrive on the barrier at the same shared-memory offset in cluster CTA `cta`
- * (the local CTA included). Default (.release.cta) semantics on purpose: the
- * only thing ordered by this arrive is that this warp's reads of a pipeline
- * stage are finished, and .release.cluster compiles to MEMBAR.ALL.GPU, which
- * made every 2-CTA cluster run at half speed (H200, 2026-11-30). */
-__device__ __forceinline__ void mbar_arrive_cluster_at(uint32_t bar, uint32_t cta) {
-    asm volatile(
-        "{\n.reg .b32 remote;\n"
-        "mapa.shared::cluster.u32 remote, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(bar),
-        "r"(cta)
-        : "memory");
 }
 __device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity) {
     asm volatile(
@@ -153,17 +141,6 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, u
         : "memory");
 }
 
-/* The same box written to the same offset in every CTA of `cta_mask`, each
- * CTA's barrier at `bar`'s offset counting the bytes. */
-__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, uint64_t *bar,
-                                                      int c0, int c1, uint16_t cta_mask) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-        " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
-        : "memory");
-}
-
 /* Shared-memory box of `map` at (c0 = inner coordinate, c1) out to global
  * memory; the rows and columns outside the tensor are not written. */
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int c0, int c1) {
@@ -211,7 +188,49 @@ __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Clusters                                                                  */
+/* cp.async, stores with a cache policy, conversion to fp8 and bf16          */
+
+/* 16 bytes from global to shared memory, asynchronously (in the thread's
+ * current cp.async group; through L2 only). */
+__device__ __forceinline__ void cp_async_16(void *smem, const void *gmem) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/* Wait until at most kPending of the thread's committed groups are in flight. */
+template <int kPending> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+/* A 16-byte store whose L2 line is kept in preference to others. */
+__device__ __forceinline__ void st_global_16_evict_last(uint8_t *dst, uint4 v) {
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(dst), "r"(v.x), "r"(v.y),
+                 "r"(v.z), "r"(v.w), "l"(policy)
+                 : "memory");
+}
+
+/* Two e4m3 codes (round to nearest even, saturating) in the low 16 bits: lo at the lower address. */
+__device__ __forceinline__ uint32_t cvt_e4m3x2(float lo, float hi) {
+    uint16_t h;
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
+    return h;
+}
+/* The same for e5m2. */
+__device__ __forceinline__ uint32_t cvt_e5m2x2(float lo, float hi) {
+    uint16_t h;
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(h) : "f"(hi), "f"(lo));
+    return h;
+}
+/* Two bf16 (round to nearest even): lo in the low 16 bits. */
+__device__ __forceinline__ uint32_t cvt_bf16x2(float lo, float hi) {
+    uint32_t d;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+    return d;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Flags in global memory                                                    */
 
 /* A flag in global memory shared by CTAs: a release add (after the writer's
  * data stores and a fence) and an acquire read (before the reader's loads). */
@@ -222,16 +241,6 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
     unsigned v;
     asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
-}
-
-__device__ __forceinline__ uint32_t cluster_cta_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.aligned;\nbarrier.cluster.wait.aligned;" ::: "memory");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -332,25 +341,6 @@ __device__ __forceinline__ void wgmma_m64n192k32_e4m3(float (&d)[96], uint64_t d
           "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
           "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
           "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}
-
-/* D(64 x 96, f32) (+)= A(64 x 32, e4m3, smem) . B(96 x 32, e4m3, smem)^T; d holds 48 f32 per thread. */
-__device__ __forceinline__ void wgmma_m64n96k32_e4m3(float (&d)[48], uint64_t desc_a, uint64_t desc_b, int accumulate) {
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %50, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-        "}, %48, %49, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }
 

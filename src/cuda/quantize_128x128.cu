@@ -1,10 +1,10 @@
 /*
  * quantize_128x128.cu - bfp8_cuda_quantize_128x128: weights in 128 x 128
  * blocks, W (out) and optionally W^T (out_t, the same codes and scales
- * transposed) from one read of W. The kernel is quantize_common.cuh's tile
- * kernel with one group per tile.
+ * transposed) from one read of W. The kernel is quantize_tiles_kernel.cuh
+ * with one group per tile.
  */
-#include "cuda/quantize_common.cuh"
+#include "cuda/quantize_launch.cuh"
 
 using namespace bfp8_quant;
 

@@ -1,9 +1,9 @@
 /*
  * quantize_1x128.cu - bfp8_cuda_quantize_1x128: activations and gradients in
  * 1 x 128 groups, x as stored (out_rows), x transposed (out_cols) or both
- * from one read of x. The kernel is quantize_common.cuh's tile kernel.
+ * from one read of x. The kernel is quantize_tiles_kernel.cuh.
  */
-#include "cuda/quantize_common.cuh"
+#include "cuda/quantize_launch.cuh"
 
 using namespace bfp8_quant;
 
@@ -25,21 +25,4 @@ bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bf
                        : launch_1x128<uint16_t, false>(ctx, args, rows, cols);
     return aligned ? launch_1x128<float, true>(ctx, args, rows, cols)
                    : launch_1x128<float, false>(ctx, args, rows, cols);
-}
-
-/* Benchmark hook, not part of the public API (bench/quantize declares it):
- * on (1) or off (0), whether later launches may start behind the previous
- * kernel of the stream (programmatic dependent launch). Returns the previous
- * setting, or -1 and changes nothing for another value. */
-extern "C" int bfp8_cuda_quantize_set_pdl(int on) {
-    if (on != 0 && on != 1) return -1;
-    return g_pdl.exchange(on);
-}
-
-/* Benchmark hook, likewise: on (1) or off (0), whether the first resident
- * CTAs of later launches ask L2 for kWarmRows rows of their tile before they
- * wait for the previous kernel. Returns the previous setting, or -1 for another value. */
-extern "C" int bfp8_cuda_quantize_set_warm_l2(int on) {
-    if (on != 0 && on != 1) return -1;
-    return g_warm_l2.exchange(on);
 }

@@ -1,6 +1,6 @@
 /*
  * quantize_emulated.cpp - the CUDA quantize tile kernel
- * (src/cuda/quantize_common.cuh) run on CPU threads and compared bit for bit
+ * (src/cuda/quantize_tiles_kernel.cuh) run on CPU threads and compared bit for bit
  * with the CPU reference: the kernel's indexing (tiles, swizzles, the tile
  * walk, ragged edges, the general path, every output mode) tested without a
  * GPU. tests/gpu_quantize/test_gpu_quantize.c is the same check on the GPU.
@@ -143,24 +143,25 @@ template <int kPending> static inline void cp_async_wait() {
     fprintf(stderr, "quantize_emulated: TMA staging cannot be emulated\n");
     abort();
 }
-static inline void mbar_setup(uint64_t *) { no_tma(); }
-static inline void mbar_expect_bytes(uint64_t *, uint32_t) { no_tma(); }
-static inline void mbar_wait_parity(uint64_t *, uint32_t) { no_tma(); }
-static inline void tma_load_tile(void *, const CUtensorMap *, uint64_t *, int, int) { no_tma(); }
-static inline void fence_async_shared() { no_tma(); }
-static inline void tma_prefetch_map(const CUtensorMap *) { no_tma(); }
+static inline void mbar_init(uint64_t *, uint32_t) { no_tma(); }
+static inline void fence_mbar_init() { no_tma(); }
+static inline void mbar_arrive_expect_tx(uint64_t *, uint32_t) { no_tma(); }
+static inline void mbar_wait(uint64_t *, uint32_t) { no_tma(); }
+static inline void tma_load_2d(void *, const CUtensorMap *, uint64_t *, int, int) { no_tma(); }
+static inline void fence_proxy_async_shared() { no_tma(); }
+static inline void tma_prefetch_descriptor(const CUtensorMap *) { no_tma(); }
 /* a prefetch reads nothing, but its address must lie in x: touched here, under ASan */
-static inline void prefetch_line_l2(const void *p) { (void)*static_cast<const volatile uint8_t *>(p); }
+static inline void prefetch_l2(const void *p) { (void)*static_cast<const volatile uint8_t *>(p); }
 static inline void griddep_wait() {}
 static inline void griddep_launch_dependents() {}
-static inline void store16_evict_last(uint8_t *dst, uint4 v) { *reinterpret_cast<uint4 *>(dst) = v; }
+static inline void st_global_16_evict_last(uint8_t *dst, uint4 v) { *reinterpret_cast<uint4 *>(dst) = v; }
 
-static inline uint32_t e4m3x2(float lo, float hi) {
+static inline uint32_t cvt_e4m3x2(float lo, float hi) {
     return bfp8_encode_e4m3(lo) | (uint32_t)bfp8_encode_e4m3(hi) << 8;
 }
 
 #define BFP8_QUANT_EMULATION 1
-#include "cuda/quantize_common.cuh"
+#include "cuda/quantize_tiles_kernel.cuh"
 
 namespace bfp8_quant {
 constexpr int kMaxSmem = std::max(kernel_shape<float>::kSmemBytes, kernel_shape<uint16_t>::kSmemBytes);

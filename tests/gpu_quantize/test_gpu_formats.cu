@@ -6,7 +6,7 @@
  *     cvt.rn.satfinite.e5m2x2.f32 and cvt.rn.bf16x2.f32, against
  *     bfp8_encode_e4m3 / _e5m2 / _bf16 compiled for the device (the same code
  *     the CPU runs): so the CPU converters equal the hardware, NaN included;
- *   - every amax (all 2^31 non-negative patterns) through quantize_common.cuh's
+ *   - every amax (all 2^31 non-negative patterns) through quantize_tiles_kernel.cuh's
  *     group_multiplier, pow2 off and on, against formats.h's
  *     bfp8_scale_multiplier and 1.0f / mult, on the device; and a sample of
  *     them against the same functions run on the host.
@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cuda/quantize_common.cuh"
+#include "cuda/quantize_tiles_kernel.cuh"
 #include "formats/formats.h"
 
 extern "C" {

@@ -233,6 +233,13 @@ int main(int argc, char **argv) {
                 run_input(d ? BFP8_F32 : BFP8_BF16, big_shapes[s][0], big_shapes[s][1],
                           TEST_FILL_HARD | (seed % 2 ? TEST_FILL_NONFINITE : TEST_FILL_WIDE_RANGE),
                           (int)(seed % 2), seed, 0);
+        /* the launch options off (no programmatic dependent launch, no L2 warm-up): the same bits */
+        CHECK_OK(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_PDL, 0));
+        CHECK_OK(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_WARM_L2, 0));
+        for (int d = 0; d < 2; ++d, ++seed)
+            run_input(d ? BFP8_F32 : BFP8_BF16, 4160, 4160, TEST_FILL_HARD | TEST_FILL_NONFINITE, 0, seed, 0);
+        CHECK_OK(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_PDL, 1));
+        CHECK_OK(bfp8_context_set_option(gpu, BFP8_OPTION_QUANTIZE_WARM_L2, 1));
     }
     printf("%lld kernel runs compared with the CPU reference\n", (long long)runs);
     bfp8_context_destroy(gpu);

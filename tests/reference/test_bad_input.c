@@ -496,6 +496,26 @@ static void test_misc(void) {
     EXPECT_FAIL(bfp8_context_set_stream(ctx, buf), BFP8_ERR_UNSUPPORTED, "bfp8_context_set_stream");
     EXPECT_FAIL(bfp8_context_set_stream(NULL, NULL), BFP8_ERR_NULL_POINTER, "bfp8_context_set_stream");
     EXPECT_FAIL(bfp8_context_synchronize(NULL), BFP8_ERR_NULL_POINTER, "bfp8_context_synchronize");
+    int *option = arena_alloc(sizeof *option);
+    EXPECT_FAIL(bfp8_context_set_option(NULL, BFP8_OPTION_QUANTIZE_PDL, 0), BFP8_ERR_NULL_POINTER,
+                "bfp8_context_set_option");
+    EXPECT_FAIL(bfp8_context_set_option(ctx, (bfp8_context_option)7, 0), BFP8_ERR_INVALID_VALUE,
+                "bfp8_context_set_option");
+    EXPECT_FAIL(bfp8_context_set_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, 2), BFP8_ERR_INVALID_VALUE,
+                "bfp8_context_set_option");
+    EXPECT_FAIL(bfp8_context_get_option(ctx, (bfp8_context_option)7, option), BFP8_ERR_INVALID_VALUE,
+                "bfp8_context_get_option");
+    EXPECT_FAIL(bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_PDL, NULL), BFP8_ERR_NULL_POINTER,
+                "bfp8_context_get_option");
+    int pdl = -1, warm = -1;
+    CHECK(bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_PDL, &pdl) == BFP8_OK && pdl == 1 &&
+              bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, &warm) == BFP8_OK && warm == 1,
+          "context options: defaults %d %d, expected 1 1", pdl, warm);
+    CHECK(bfp8_context_set_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, 0) == BFP8_OK &&
+              bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, &warm) == BFP8_OK && warm == 0 &&
+              bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_PDL, &pdl) == BFP8_OK && pdl == 1,
+          "context options: after setting the L2 warm-up to 0, %d %d", pdl, warm);
+    CHECK(bfp8_context_set_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, 1) == BFP8_OK, "context options: reset");
     EXPECT_FAIL(bfp8_malloc(NULL, ptr_out, 64), BFP8_ERR_NULL_POINTER, "bfp8_malloc");
     EXPECT_FAIL(bfp8_malloc(ctx, NULL, 64), BFP8_ERR_NULL_POINTER, "bfp8_malloc");
     EXPECT_FAIL(bfp8_malloc(ctx, ptr_out, 0), BFP8_ERR_INVALID_VALUE, "bfp8_malloc");

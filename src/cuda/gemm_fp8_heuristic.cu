@@ -1,0 +1,180 @@
+/*
+ * gemm_fp8_heuristic.cu - which FP8 GEMM configuration runs a given shape:
+ * the tile, the split of the last wave along K, the raster group height and
+ * the output path; deterministic, from the shape and how many CTAs of each
+ * kernel are resident at once.
+ *
+ * Environment (for benchmarking and debugging):
+ *   BFP8_GEMM_CONFIG="bm=192,bn=128"  force a tile (bm 128 unless given) among
+ *                                     the candidates; "store=direct": outputs
+ *                                     stored from registers, not by TMA;
+ *                                     "split=N": the last wave's tiles in N
+ *                                     k-slices (1: never split; the default
+ *                                     chooses); "gm=G": tiles rasterized in
+ *                                     groups of G tile rows
+ *   BFP8_GEMM_TRACE=1                 print the configuration of each call
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/gemm_fp8_host.h"
+
+namespace bfp8_gemm {
+
+namespace {
+
+const char *env_or_null(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : nullptr;
+}
+
+/* The cost of one k-slice's exchange (its partial tile stored, or one
+ * partial read and added by slice 0), in k-blocks of main-loop time: a
+ * 192x128 fp32 partial is 96 KiB against the 40 KiB of operands that one
+ * k-block loads. */
+constexpr double SPLIT_COST_K_BLOCKS = 2.5;
+constexpr int SPLIT_MAX = 16;
+
+} /* namespace */
+
+const char *const TMA_OUT_NAMES[4] = {"registers", "tma-bf16", "tma-f32", "tma-f32-add"};
+
+bool trace_enabled() { return env_or_null("BFP8_GEMM_TRACE") != nullptr; }
+
+/* The tiles of a partial last wave are split into the number of k-slices (at
+ * most slots / tail of them, so they all run at once) that minimises the
+ * modelled time of that wave, where splitting pays. */
+SplitPlan plan_split(int64_t tiles, int slots, int num_k_blocks, int requested) {
+    const int64_t tail = tiles % slots;
+    SplitPlan plan = {tiles, 1, tail ? 1.0 : 0.0};
+    if (tail == 0 || requested == 1) return plan;
+    int most = (int)(slots / tail);
+    if (most > SPLIT_MAX) most = SPLIT_MAX;
+    if (most > num_k_blocks) most = num_k_blocks;
+    double best = num_k_blocks;
+    for (int s = 2; s <= most; ++s) {
+        const double t = (double)bfp8_ceil_div(num_k_blocks, s) + SPLIT_COST_K_BLOCKS * s;
+        if (requested >= 2 ? s == requested || (s == most && requested > most) : t < best) {
+            best = t;
+            plan.split = s;
+        }
+    }
+    if (plan.split > 1) {
+        plan.whole = tiles - tail;
+        plan.tail_waves = best / num_k_blocks;
+    }
+    return plan;
+}
+
+/* The estimated time of a candidate: waves of resident CTAs (the last one
+ * split where that pays) times the cost of one tile (its area over its
+ * speed). Clusters of 2 CTAs sharing A or B by multicast, and a kernel with
+ * two accumulators in flight, measured slower than the single-CTA tile of
+ * the same shape and cannot split their last wave: this model never chose
+ * them, so they are not built. */
+Config choose_config(bool b_1x128, int m, int n, int num_k_blocks, const int *slots) {
+    const Candidate *list = b_1x128 ? CANDIDATES_1D1D : CANDIDATES_1D2D;
+    const int count = b_1x128 ? NUM_CANDIDATES_1D1D : NUM_CANDIDATES_1D2D;
+    Config best = {list[0].bm, list[0].bn, 0, 0, 0};
+    double best_time = INFINITY;
+    for (int i = 0; i < count; ++i) {
+        const Candidate &c = list[i];
+        if (slots[i] < 1) continue;
+        const int64_t tiles = bfp8_ceil_div(m, c.bm) * bfp8_ceil_div(n, c.bn);
+        const SplitPlan plan = plan_split(tiles, slots[i], num_k_blocks, can_split(c.bn, b_1x128) ? 0 : 1);
+        const double waves = (double)(plan.whole / slots[i]) + plan.tail_waves;
+        const double time = waves * c.bm * c.bn / c.speed;
+        if (time < best_time * (1.0 - 1e-9)) {
+            best_time = time;
+            best.bm = c.bm;
+            best.bn = c.bn;
+        }
+    }
+    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
+        const char *bm = strstr(forced, "bm="), *bn = strstr(forced, "bn="), *split = strstr(forced, "split=");
+        if (bm || bn) { /* a tile; else the chosen one */
+            const int f_bm = bm ? atoi(bm + 3) : 128, f_bn = bn ? atoi(bn + 3) : best.bn;
+            for (int i = 0; i < count; ++i)
+                if (list[i].bm == f_bm && list[i].bn == f_bn && slots[i] > 0) {
+                    best.bm = f_bm;
+                    best.bn = f_bn;
+                }
+        }
+        best.direct_store = strstr(forced, "store=direct") != nullptr;
+        best.split = split ? atoi(split + 6) : 0;
+        const char *gm = strstr(forced, "gm=");
+        best.group_m = gm ? atoi(gm + 3) : 0;
+    }
+    return best;
+}
+
+Config grouped_config() {
+    Config c = {128, 128, 0, 1, 0};
+    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
+        const char *gm = strstr(forced, "gm=");
+        c.group_m = gm ? atoi(gm + 3) : 0;
+        c.direct_store = strstr(forced, "store=direct") != nullptr;
+    }
+    return c;
+}
+
+int64_t grouped_m_tiles(const int64_t *offsets, int num_groups, int bm) {
+    int64_t tiles = 0;
+    for (int g = 0; g < num_groups; ++g) tiles += bfp8_ceil_div(offsets[g + 1] - offsets[g], bm);
+    return tiles;
+}
+
+/* (as choose_config; 192-row tiles end past a group whose rows are not a
+ * multiple of 192: the rows computed there are not stored, and count) */
+void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, bool rows_128, const int *slots,
+                       Config *c) {
+    double best = INFINITY;
+    for (int i = 0; i < NUM_CANDIDATES_1D2D; ++i) {
+        const Candidate &o = CANDIDATES_1D2D[i];
+        if (slots[i] < 1 || (rows_128 && o.bm != 128)) continue;
+        const int64_t tiles = grouped_m_tiles(offsets, num_groups, o.bm) * bfp8_ceil_div(n, o.bn);
+        const double time = (double)bfp8_ceil_div(tiles, slots[i]) * o.bm * o.bn / o.speed;
+        if (time < best) {
+            best = time;
+            c->bm = o.bm;
+            c->bn = o.bn;
+        }
+    }
+    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
+        if (strstr(forced, "bm=192") && !rows_128) c->bm = 192, c->bn = 128;
+        else if (strstr(forced, "bn=192")) c->bm = 128, c->bn = 192;
+        else if (strstr(forced, "bn=128")) c->bm = 128, c->bn = 128;
+    }
+}
+
+/* A 1D2D GEMM walks groups of slots / 6 tile rows (22 with 132 resident
+ * CTAs: each wave of tiles is 6 whole columns of a group), or all rows,
+ * column by column, when there are fewer. On the H200 that beat every other
+ * height tried (4 to 86 tile rows): against 16, 1.05-1.08x with M = 4096
+ * (4096x7168x16384 and three more long-K shapes), 1.0-1.025x on the
+ * 16384-row TARGETS shapes and 1.02x on 8192^3. The wgrad GEMM keeps 16:
+ * all rows and 22 rows measured the same there, within the noise. */
+int default_group_m(bool b_1x128, int num_tile_rows, int slots) {
+    if (b_1x128) return 16;
+    return max(1, min(num_tile_rows, slots / 6));
+}
+
+/* Through shared memory and the TMA unit where it can address D (16-byte
+ * aligned base and rows): 1D2D's bf16 and f32; 1D1D's f32, stored, or added
+ * into D when D is the C accumulated (gradient accumulation). Otherwise from
+ * registers. */
+int output_path(bool b_1x128, const Config &c, const Params &p) {
+    const bool tma_ok = !c.direct_store && (uintptr_t)p.d % 16 == 0;
+    if (!b_1x128) {
+        if (tma_ok && p.output_kind == OUTPUT_BF16 && p.ldd % 8 == 0) return TMA_BF16;
+        if (tma_ok && p.output_kind == OUTPUT_F32 && p.ldd % 4 == 0) return TMA_F32;
+    } else {
+        if (tma_ok && p.output_kind == OUTPUT_F32 && p.ldd % 4 == 0) return TMA_F32;
+        if (tma_ok && p.output_kind == OUTPUT_F32_ACCUMULATE && p.c == p.d && p.ldc == p.ldd && p.ldd % 4 == 0)
+            return TMA_F32_ADD;
+    }
+    return TMA_NONE;
+}
+
+} /* namespace bfp8_gemm */

@@ -1,0 +1,154 @@
+/*
+ * rmsnorm_cuda.cu - RMSNorm on the GPU, forward and backward (dx, and the
+ * weight gradient as fixed-order sums over token chunks). See
+ * model_kernels.cuh.
+ */
+#include <math.h>
+
+#include "model/cuda/model_kernels.cuh"
+#include "model/model_ops.h"
+
+using namespace bfp8_model_cuda;
+
+namespace {
+
+scratch_buffer g_rmsnorm_partials; /* chunks x dim floats */
+
+template <int V>
+__global__ void rmsnorm_forward_kernel(float *__restrict__ out, float *__restrict__ rstd,
+                                       const float *__restrict__ x, const float *__restrict__ weight,
+                                       int64_t tokens, int64_t dim, float eps) {
+    const int64_t vecs = dim / V;
+    for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+        const float *xt = x + t * dim;
+        float sum_sq = 0.0f;
+        for (int64_t j = threadIdx.x; j < vecs; j += blockDim.x) {
+            const floats<V> a = load<V>(xt + j * V);
+#pragma unroll
+            for (int e = 0; e < V; ++e) sum_sq += a.v[e] * a.v[e];
+        }
+        sum_sq = block_reduce(sum_sq, sum_op());
+        const float r = 1.0f / sqrtf(sum_sq / (float)dim + eps);
+        if (threadIdx.x == 0) rstd[t] = r;
+        float *ot = out + t * dim;
+        for (int64_t j = threadIdx.x; j < vecs; j += blockDim.x) {
+            const floats<V> a = load<V>(xt + j * V), w = load<V>(weight + j * V);
+            floats<V> o;
+#pragma unroll
+            for (int e = 0; e < V; ++e) o.v[e] = a.v[e] * r * w.v[e];
+            store<V>(ot + j * V, o);
+        }
+    }
+}
+
+/* dx += rstd * (g - x * c),  g = dout * weight,  c = sum(g * x) * rstd^2 / dim. */
+template <int V>
+__global__ void rmsnorm_backward_dx_kernel(float *__restrict__ dx, const float *__restrict__ dout,
+                                           const float *__restrict__ x, const float *__restrict__ weight,
+                                           const float *__restrict__ rstd, int64_t tokens, int64_t dim) {
+    const int64_t vecs = dim / V;
+    for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+        const float *xt = x + t * dim, *dt = dout + t * dim;
+        float dot = 0.0f;
+        for (int64_t j = threadIdx.x; j < vecs; j += blockDim.x) {
+            const floats<V> a = load<V>(xt + j * V), d = load<V>(dt + j * V), w = load<V>(weight + j * V);
+#pragma unroll
+            for (int e = 0; e < V; ++e) dot += d.v[e] * w.v[e] * a.v[e];
+        }
+        dot = block_reduce(dot, sum_op());
+        const float r = rstd[t];
+        const float c = dot * r * r / (float)dim;
+        float *dxt = dx + t * dim;
+        for (int64_t j = threadIdx.x; j < vecs; j += blockDim.x) {
+            const floats<V> a = load<V>(xt + j * V), d = load<V>(dt + j * V), w = load<V>(weight + j * V);
+            floats<V> g = load<V>(dxt + j * V);
+#pragma unroll
+            for (int e = 0; e < V; ++e) g.v[e] += r * (d.v[e] * w.v[e] - a.v[e] * c);
+            store<V>(dxt + j * V, g);
+        }
+    }
+}
+
+/* The weight gradient over one chunk of tokens (blockIdx.y), a thread per
+ * column, tokens in order. partial == NULL (one chunk): added straight to
+ * dweight; else the chunk's sums go to partial[chunk][column]. */
+__global__ void rmsnorm_dweight_chunk_kernel(float *__restrict__ partial, float *__restrict__ dweight,
+                                             const float *__restrict__ dout, const float *__restrict__ x,
+                                             const float *__restrict__ rstd, int64_t tokens, int64_t dim,
+                                             int64_t tokens_per_chunk) {
+    const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= dim) return;
+    const int64_t t0 = (int64_t)blockIdx.y * tokens_per_chunk;
+    const int64_t t1 = t0 + tokens_per_chunk < tokens ? t0 + tokens_per_chunk : tokens;
+    float acc = 0.0f;
+#pragma unroll 4
+    for (int64_t t = t0; t < t1; ++t) acc += dout[t * dim + col] * x[t * dim + col] * rstd[t];
+    if (partial)
+        partial[(int64_t)blockIdx.y * dim + col] = acc;
+    else
+        dweight[col] += acc;
+}
+
+/* dweight += the chunks' sums, in chunk order. */
+__global__ void rmsnorm_dweight_sum_kernel(float *__restrict__ dweight, const float *__restrict__ partial,
+                                           int64_t chunks, int64_t dim) {
+    const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= dim) return;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < chunks; ++c) sum += partial[c * dim + col];
+    dweight[col] += sum;
+}
+
+} /* namespace */
+
+extern "C" void rmsnorm_forward_cuda(float *out, float *rstd, const float *x, const float *weight,
+                                     int64_t tokens, int64_t dim, float eps) {
+    if (tokens <= 0 || dim <= 0) return;
+    const bool vec = dim % 4 == 0 && aligned16(out) && aligned16(x) && aligned16(weight);
+    const int64_t items = vec ? dim / 4 : dim;
+    const unsigned blocks = (unsigned)(tokens < kMaxGridX ? tokens : kMaxGridX);
+    const int threads = row_threads(items);
+    if (vec)
+        rmsnorm_forward_kernel<4><<<blocks, threads, 0, stream()>>>(out, rstd, x, weight, tokens, dim, eps);
+    else
+        rmsnorm_forward_kernel<1><<<blocks, threads, 0, stream()>>>(out, rstd, x, weight, tokens, dim, eps);
+    check_launch("rmsnorm_forward");
+}
+
+extern "C" void rmsnorm_backward_cuda(float *dx, float *dweight, const float *dout, const float *x,
+                                      const float *weight, const float *rstd, int64_t tokens, int64_t dim) {
+    if (tokens <= 0 || dim <= 0) return;
+    const bool vec = dim % 4 == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(weight);
+    const int64_t items = vec ? dim / 4 : dim;
+    const unsigned blocks = (unsigned)(tokens < kMaxGridX ? tokens : kMaxGridX);
+    const int threads = row_threads(items);
+    if (vec)
+        rmsnorm_backward_dx_kernel<4><<<blocks, threads, 0, stream()>>>(dx, dout, x, weight, rstd, tokens, dim);
+    else
+        rmsnorm_backward_dx_kernel<1><<<blocks, threads, 0, stream()>>>(dx, dout, x, weight, rstd, tokens, dim);
+    check_launch("rmsnorm_backward (dx)");
+
+    /* The weight gradient: enough token chunks to fill the GPU (about 2048
+     * blocks), each at least 16 tokens long, then a fixed-order sum. */
+    const int64_t col_blocks = (dim + kThreads - 1) / kThreads;
+    int64_t chunks = (2048 + col_blocks - 1) / col_blocks;
+    const int64_t max_chunks = (tokens + 15) / 16;
+    if (chunks > max_chunks) chunks = max_chunks;
+    if (chunks > kMaxGridY) chunks = kMaxGridY;
+    if (chunks < 1) chunks = 1;
+    const int64_t tokens_per_chunk = (tokens + chunks - 1) / chunks;
+    chunks = (tokens + tokens_per_chunk - 1) / tokens_per_chunk;
+    float *partial = nullptr;
+    if (chunks > 1) {
+        partial = (float *)device_scratch(g_rmsnorm_partials, (size_t)(chunks * dim) * sizeof(float),
+                                          "rmsnorm_backward (scratch)");
+        if (!partial) return;
+    }
+    rmsnorm_dweight_chunk_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks, 1), kThreads, 0, stream()>>>(
+        partial, dweight, dout, x, rstd, tokens, dim, tokens_per_chunk);
+    check_launch("rmsnorm_backward (dweight chunks)");
+    if (partial) {
+        rmsnorm_dweight_sum_kernel<<<(unsigned)col_blocks, kThreads, 0, stream()>>>(dweight, partial, chunks, dim);
+        check_launch("rmsnorm_backward (dweight sum)");
+    }
+}

@@ -1,0 +1,82 @@
+/*
+ * swiglu_cuda.cu - the SwiGLU activation on the GPU, forward and backward.
+ * See model_kernels.cuh.
+ */
+#include <math.h>
+
+#include "model/cuda/model_kernels.cuh"
+#include "model/model_ops.h"
+
+using namespace bfp8_model_cuda;
+
+namespace {
+
+template <int V>
+__global__ void swiglu_forward_kernel(float *__restrict__ out, const float *__restrict__ gate_up, int64_t tokens,
+                                      int64_t hidden) {
+    const int64_t vecs = hidden / V;
+    for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+        const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
+        for (int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; j < vecs;
+             j += (int64_t)gridDim.y * blockDim.x) {
+            const floats<V> g = load<V>(gate + j * V), u = load<V>(up + j * V);
+            floats<V> o;
+#pragma unroll
+            for (int e = 0; e < V; ++e) o.v[e] = g.v[e] / (1.0f + expf(-g.v[e])) * u.v[e];
+            store<V>(out + t * hidden + j * V, o);
+        }
+    }
+}
+
+template <int V>
+__global__ void swiglu_backward_kernel(float *__restrict__ dgate_up, const float *__restrict__ dout,
+                                       const float *__restrict__ gate_up, int64_t tokens, int64_t hidden) {
+    const int64_t vecs = hidden / V;
+    for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
+        const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
+        float *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
+        for (int64_t j = (int64_t)blockIdx.y * blockDim.x + threadIdx.x; j < vecs;
+             j += (int64_t)gridDim.y * blockDim.x) {
+            const floats<V> g = load<V>(gate + j * V), u = load<V>(up + j * V),
+                            d = load<V>(dout + t * hidden + j * V);
+            floats<V> dg, du;
+#pragma unroll
+            for (int e = 0; e < V; ++e) {
+                const float sig = 1.0f / (1.0f + expf(-g.v[e]));
+                du.v[e] = d.v[e] * (g.v[e] * sig);
+                dg.v[e] = d.v[e] * u.v[e] * sig * (1.0f + g.v[e] * (1.0f - sig));
+            }
+            store<V>(dup + j * V, du);
+            store<V>(dgate + j * V, dg);
+        }
+    }
+}
+
+} /* namespace */
+
+extern "C" void swiglu_forward_cuda(float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
+    if (tokens <= 0 || hidden <= 0) return;
+    const bool vec = hidden % 4 == 0 && aligned16(out) && aligned16(gate_up);
+    const int64_t items = vec ? hidden / 4 : hidden;
+    const int threads = chunk_threads(items);
+    const dim3 grid = rows_by_chunks(tokens, items, threads);
+    if (vec)
+        swiglu_forward_kernel<4><<<grid, threads, 0, stream()>>>(out, gate_up, tokens, hidden);
+    else
+        swiglu_forward_kernel<1><<<grid, threads, 0, stream()>>>(out, gate_up, tokens, hidden);
+    check_launch("swiglu_forward");
+}
+
+extern "C" void swiglu_backward_cuda(float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
+                                     int64_t hidden) {
+    if (tokens <= 0 || hidden <= 0) return;
+    const bool vec = hidden % 4 == 0 && aligned16(dgate_up) && aligned16(dout) && aligned16(gate_up);
+    const int64_t items = vec ? hidden / 4 : hidden;
+    const int threads = chunk_threads(items);
+    const dim3 grid = rows_by_chunks(tokens, items, threads);
+    if (vec)
+        swiglu_backward_kernel<4><<<grid, threads, 0, stream()>>>(dgate_up, dout, gate_up, tokens, hidden);
+    else
+        swiglu_backward_kernel<1><<<grid, threads, 0, stream()>>>(dgate_up, dout, gate_up, tokens, hidden);
+    check_launch("swiglu_backward");
+}
