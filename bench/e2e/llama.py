@@ -188,18 +188,23 @@ class Llama(torch.nn.Module):
                     p.normal_(0.0, residual_std if _is_residual(name) else std, generator=generator)
 
     def hidden(self, tokens):
+        """The residual stream after the last block (fp32)."""
         seq = tokens.shape[1]
         cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
         x = self.tok_emb(tokens)
         for block in self.layers:
             x = block(x, cos, sin)
-        return self.final_norm(x)
+        return x
 
-    def forward(self, tokens, targets=None):
-        logits = self.head(self.hidden(tokens))
+    def output(self, hidden, targets=None):
+        """Final norm, head, and the mean cross-entropy when targets are given."""
+        logits = self.head(self.final_norm(hidden))
         if targets is None:
             return logits
         return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
+
+    def forward(self, tokens, targets=None):
+        return self.output(self.hidden(tokens), targets)
 
 
 def _is_residual(name):

@@ -127,12 +127,12 @@ def _bool(value, name):
     raise TypeError("blockfp8: %s must be True or False, got %r" % (name, value))
 
 
-def _count(value, name, minimum=1):
-    """A size argument: an int >= minimum."""
+def _count(value, name, minimum=1, maximum=(1 << 62)):
+    """A size argument: an int in [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError("blockfp8: %s must be an int, got %s" % (name, _type_name(value)))
-    if value < minimum:
-        raise ValueError("blockfp8: %s must be >= %d, got %d" % (name, minimum, value))
+    if not minimum <= value <= maximum:
+        raise ValueError("blockfp8: %s must be an int in [%d, %d], got %d" % (name, minimum, maximum, value))
     return int(value)
 
 
@@ -263,7 +263,7 @@ class Context:
             raise TypeError("blockfp8: backend must be 'cpu' or 'cuda', got %s" % _type_name(backend))
         if backend not in ("cpu", "cuda"):
             raise ValueError("blockfp8: backend %r (expected 'cpu' or 'cuda')" % (backend,))
-        device = _count(device, "device", minimum=0)
+        device = _count(device, "device", minimum=0, maximum=(1 << 31) - 1)
         self.backend, self.device = backend, device
         self._handle = C.c_void_p()
         _check(_library().bfp8_context_create(
@@ -273,7 +273,9 @@ class Context:
         """CUDA: enqueue work on this cudaStream_t (an int; 0 or None = the legacy default stream)."""
         if stream is not None and (isinstance(stream, bool) or not isinstance(stream, numbers.Integral)):
             raise TypeError("blockfp8: stream must be a cudaStream_t as an int, or None; got %s" % _type_name(stream))
-        _check(_library().bfp8_context_set_stream(self._handle, C.c_void_p(stream or None)))
+        if stream is not None and not 0 <= stream < 1 << 64:
+            raise ValueError("blockfp8: stream %d is not a pointer value" % stream)
+        _check(_library().bfp8_context_set_stream(self._handle, C.c_void_p(int(stream) if stream else None)))
 
     def synchronize(self):
         _check(_library().bfp8_context_synchronize(self._handle))
@@ -367,12 +369,12 @@ def _qtensor(q, name, granularity=None):
     if not isinstance(q, QTensor):
         raise TypeError("blockfp8: %s must be a QTensor (from quantize_1x128 or quantize_128x128), got %s"
                         % (name, _type_name(q)))
-    if granularity is not None and q.granularity != granularity:
-        raise ValueError("blockfp8: %s must be quantized %s, got a %s QTensor" % (
-            name, _GRANULARITY_NAMES[granularity], "1x128" if q.granularity == _ffi.GRAN_1X128 else "128x128"))
     _require_array(q.data, name + ".data", "uint8 codes")
     _require_array(q.scales, name + ".scales", "float32 scales")
     _same_place((name + ".data", q.data), (name + ".scales", q.scales))
+    if granularity is not None and q.granularity != granularity:
+        raise ValueError("blockfp8: %s must be quantized %s, got a %s QTensor" % (
+            name, _GRANULARITY_NAMES[granularity], "1x128" if q.granularity == _ffi.GRAN_1X128 else "128x128"))
     for field in ("rows", "cols", "ld", "scale_ld"):
         _count(getattr(q, field), "%s.%s" % (name, field))
     if q.granularity not in _GRANULARITY_NAMES:
@@ -452,8 +454,9 @@ def dequantize(q, dtype="f32"):
 
 def _gemm_out(out, like, shape, out_dtype, accumulate):
     """The output matrix of a GEMM: `out` checked, or a new array."""
+    out_dtype = _dtype_name(out_dtype, "out_dtype")
     if out is None:
-        out = _empty(like, shape, _dtype_name(out_dtype, "out_dtype"))
+        out = _empty(like, shape, out_dtype)
     return out, _out_matrix(out, "out", shape, ("f32",) if accumulate else ("bf16", "f32"))
 
 
@@ -565,7 +568,8 @@ def _device(device):
     if not isinstance(text, str):
         raise TypeError("blockfp8: device must be 'cpu', 'cuda' or 'cuda:N', got %s" % _type_name(device))
     backend, _, index = text.partition(":")
-    if backend not in ("cpu", "cuda") or (index and not index.isdigit()) or (backend == "cpu" and index):
+    if backend not in ("cpu", "cuda") or (index and not (index.isascii() and index.isdigit())) or \
+            (backend == "cpu" and index):
         raise ValueError("blockfp8: device %r (expected 'cpu', 'cuda' or 'cuda:N')" % (text,))
     return backend, int(index or 0)
 
@@ -609,10 +613,10 @@ class Linear:
     def _contiguous(x, name, dtype_code, shape):
         """x as a contiguous matrix (its .data pointer, its .dtype code);
         dtype_code None: bf16 or f32, whichever x is."""
-        if len(x.shape) != 2 or (shape[0] is not None and tuple(x.shape) != shape) or x.shape[1] != shape[1]:
+        m = _matrix(x, name)
+        if (shape[0] is not None and m.rows != shape[0]) or m.cols != shape[1]:
             expected = "(tokens, %d)" % shape[1] if shape[0] is None else str(shape)
             raise ValueError("blockfp8: %s has shape %s, expected %s" % (name, tuple(x.shape), expected))
-        m = _matrix(x, name)
         if (dtype_code is not None and m.dtype != dtype_code) or (m.rows > 1 and m.ld != m.cols):
             expected = {None: "bf16 or f32", _ffi.F32: "f32", _ffi.BF16: "bf16"}[dtype_code]
             raise ValueError("blockfp8: %s must be contiguous %s" % (name, expected))
