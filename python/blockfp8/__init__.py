@@ -348,8 +348,9 @@ class QTensor:
         layout; the padding the quantizers skip (codes past cols, 1x128
         scales past rows) is zero, so every byte of the result is defined."""
         ld, scale_rows, scale_ld = canonical_layout(rows, cols, granularity)
+        padded_scales = granularity == _ffi.GRAN_1X128 and scale_ld != rows
         return cls(_empty(like, (rows, ld), "u8", zero=ld != cols),
-                   _empty(like, (scale_rows, scale_ld), "f32", zero=granularity == _ffi.GRAN_1X128 and scale_ld != rows),
+                   _empty(like, (scale_rows, scale_ld), "f32", zero=padded_scales),
                    granularity, rows, cols, ld, scale_ld)
 
     def _struct(self):

@@ -295,7 +295,8 @@ def test_layout(rng):
 
 def main():
     rng = np.random.default_rng(7)
-    for test in (test_layout, test_quantizers, test_nonfinite, test_gemms, test_grouped_gemms, test_linear, test_linear_f32,
+    for test in (test_layout, test_quantizers, test_nonfinite, test_gemms, test_grouped_gemms, test_linear,
+                 test_linear_f32,
                  test_bad_input):
         test(rng)
     return check.finish()

@@ -105,7 +105,8 @@ BAD_DTYPES = [("'f16'", lambda: "f16", ValueError), ("'int8'", lambda: "int8", V
               ("'float32'", lambda: "float32", ValueError), ("None", lambda: None, TypeError),
               ("np.float32", lambda: np.float32, TypeError), ("1", lambda: 1, TypeError)]
 BAD_BOOLS = [("'yes'", lambda: "yes", TypeError), ("None", lambda: None, TypeError), ("2", lambda: 2, TypeError),
-             ("0.5", lambda: 0.5, TypeError), ("[]", lambda: [], TypeError), ("an array", lambda: np.ones(1), TypeError)]
+             ("0.5", lambda: 0.5, TypeError), ("[]", lambda: [], TypeError),
+             ("an array", lambda: np.ones(1), TypeError)]
 BAD_FLAGS = [("True", lambda: True, TypeError), ("0", lambda: 0, TypeError), ("[0]", lambda: [0], TypeError),
              ("float32", lambda: np.zeros(1, np.float32), ValueError),
              ("int64", lambda: np.zeros(1, np.int64), ValueError),
@@ -309,7 +310,8 @@ def random_calls(table, iterations, rng):
             fn(**args)
             check(True, "")
         except allowed as e:
-            check(not all_good or (isinstance(e, bf.Error) and name in REFUSED_WHEN_GOOD), "%s(good arguments %s) raised %r" % (name, sorted(args), e))
+            check(not all_good or (isinstance(e, bf.Error) and name in REFUSED_WHEN_GOOD),
+                  "%s(good arguments %s) raised %r" % (name, sorted(args), e))
             check(str(e).startswith("blockfp8") or str(e).startswith("BFP8_"),
                   "%s: message %r does not say it is blockfp8's" % (name, str(e)))
         except Exception as e:  # noqa: BLE001

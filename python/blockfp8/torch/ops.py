@@ -187,7 +187,7 @@ def _host_offsets(offsets, like):
 
 
 def _grouped_1d2d(a, a_scales, b, b_scales, k, offsets, groups, out_dtype):
-    kind = _gemm_dtype(out_dtype)
+    _gemm_dtype(out_dtype)
     m, n = a.shape[0], b.shape[0] // groups
     out = a.new_zeros((m, n), dtype=out_dtype)
     if m == 0 or n == 0 or k == 0:
