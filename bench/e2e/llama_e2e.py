@@ -302,10 +302,12 @@ def main():
                 result = {"mode": mode, "error": "%s: %s" % (type(e).__name__, e)}
         else:
             path = "%s.%s.%d.json" % (args.json or os.path.join("/tmp", "llama_e2e"), mode, os.getpid())
-            child = [a for a in sys.argv[1:]]
-            index = child.index("--modes") if "--modes" in child else -1
-            if index >= 0:
-                del child[index:index + 2]
+            child, rest = [], iter(sys.argv[1:])
+            for a in rest:  # every argument but --modes
+                if a == "--modes":
+                    next(rest, None)
+                elif not a.startswith("--modes="):
+                    child.append(a)
             child = [sys.executable, os.path.abspath(__file__), "--modes", mode, "--mode-json", path] + child
             rc = subprocess.call(child)
             try:
