@@ -108,6 +108,23 @@ def test_opcheck():
         want = [ops.scale_shape(rows, cols, 1)[0], ops.scale_shape(rows, cols, 1)[1],
                 ops.scale_shape(cols, rows, 1)[0], ops.scale_shape(cols, rows, 1)[1]]
         check([tuple(t.shape) for t in real] == [tuple(s) for s in want], "quantize_1x128 %dx%d shapes" % (rows, cols))
+    # operands that do not hold what k and the granularity say: refused before the library reads them
+    bad_calls = [
+        ("codes cut short", ValueError, lambda: ops.gemm_1d2d(qa[:, :128], sa, qb, sb, 300, torch.bfloat16)),
+        ("scales cut short", ValueError, lambda: ops.gemm_1d2d(qa, sa, qb, sb[:, :1], 300, torch.bfloat16)),
+        ("int8 codes", TypeError, lambda: ops.gemm_1d1d(qdyt.view(torch.int8), sdyt, qat, sat, 200, torch.float32)),
+        ("f16 output", ValueError, lambda: ops.gemm_1d2d(qa, sa, qb, sb, 300, torch.float16)),
+        ("f64 input", TypeError, lambda: ops.quantize_1x128(x.double(), True, False, False, None)),
+        ("int64 flag", ValueError, lambda: ops.quantize_128x128(w, False, False, flag.long())),
+        ("int32 offsets", ValueError, lambda: ops.gemm_1d2d_grouped_device_offsets(
+            qx, sx, qw, sw, 256, table.int(), torch.float32)),
+    ]
+    for what, kind, call in bad_calls:
+        try:
+            call()
+            check(False, "ops with %s: no error" % what)
+        except Exception as e:  # noqa: BLE001
+            check(type(e) is kind and "blockfp8" in str(e), "ops with %s: %r" % (what, e))
     empty = ops.quantize_1x128(torch.ones(0, 128, device=dev), True, True, False, None)
     check(tuple(empty[0].shape) == (0, 128) and tuple(empty[2].shape) == (128, 0), "quantize_1x128 of 0 rows")
     check(tuple(ops.gemm_1d2d(empty[0], empty[1], qb[:, :128].contiguous(), sb[:, :1].contiguous(), 128,
