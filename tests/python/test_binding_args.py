@@ -10,7 +10,7 @@
    dtype, True for a flag array, ...), the others good: the call raises the
    TypeError or ValueError expected for that value, whose message names the
    argument, and writes nothing into the arrays it was given;
-2. N random calls (default 3000), each argument good, bad, or junk of any
+2. N random calls (default 2000), each argument good, bad, or junk of any
    kind (nested lists, dicts, bytes, 0-d and 3-D arrays of every dtype, huge
    and negative ints, NaN): a call of good arguments returns; any other
    raises TypeError, ValueError or blockfp8.Error, never another exception
@@ -320,7 +320,7 @@ def random_calls(table, iterations, rng):
 
 
 def main():
-    iterations, seed = 3000, 12
+    iterations, seed = 2000, 12
     argv = sys.argv[1:]
     if "--iterations" in argv:
         iterations = int(argv[argv.index("--iterations") + 1])
