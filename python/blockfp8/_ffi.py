@@ -1,13 +1,19 @@
 """_ffi.py - the C API of include/blockfp8.h as ctypes declarations.
 
 The shared library is looked up, in order:
-  1. the path in the environment variable BLOCKFP8_LIBRARY;
-  2. build/libblockfp8.so of the source tree this package sits in;
-  3. the system's library path (ctypes.util.find_library("blockfp8")).
+  1. libblockfp8.so inside this package (what `pip install .` puts there);
+  2. the path in the environment variable BLOCKFP8_LIBRARY;
+  3. build/libblockfp8.so of the source tree this package sits in;
+  4. the system's library path (ctypes.util.find_library("blockfp8")).
+A library built with CUDA needs the CUDA runtime and cuBLASLt: from its
+run path, the system's library path, or the NVIDIA wheels that PyTorch
+installs (nvidia/cu13/lib, nvidia/cuda_runtime/lib, nvidia/cublas/lib).
 """
 import ctypes as C
 import ctypes.util
+import glob
 import os
+import sys
 
 # enums of blockfp8.h
 F32, BF16, E4M3, E5M2 = 0, 1, 2, 3
@@ -75,24 +81,64 @@ _SIGNATURES = {
     "bfp8_linear_backward_f32": (C.c_int, [_P, _P, _P, _P, C.c_int]),
 }
 
+LIBRARY_NAME = "libblockfp8.so"
 
-def _find_library():
+
+def library_candidates():
+    """Where the library is looked for, in order: (where, path) pairs."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    found = []
+    packaged = os.path.join(here, LIBRARY_NAME)
+    if os.path.exists(packaged):
+        found.append(("the package", packaged))
     path = os.environ.get("BLOCKFP8_LIBRARY")
     if path:
-        return path
-    here = os.path.dirname(os.path.abspath(__file__))
-    in_tree = os.path.join(here, "..", "..", "build", "libblockfp8.so")
+        found.append(("BLOCKFP8_LIBRARY", path))
+    in_tree = os.path.normpath(os.path.join(here, "..", "..", "build", LIBRARY_NAME))
     if os.path.exists(in_tree):
-        return in_tree
-    found = ctypes.util.find_library("blockfp8")
-    if found:
-        return found
-    raise OSError("blockfp8: libblockfp8.so not found; build it (cmake --build build) "
-                  "or set BLOCKFP8_LIBRARY to its path")
+        found.append(("the source tree's build/", in_tree))
+    system = ctypes.util.find_library("blockfp8")
+    if system:
+        found.append(("the system library path", system))
+    return found
+
+
+def _preload_cuda_libraries():
+    """Load the CUDA runtime and cuBLASLt of NVIDIA's wheels (PyTorch's
+    dependencies) into the global namespace, for a library whose run path
+    does not reach a CUDA toolkit. Returns whether any was loaded."""
+    loaded = False
+    for base in sys.path:
+        nvidia = os.path.join(base or ".", "nvidia")
+        if not os.path.isdir(nvidia):
+            continue
+        for pattern in ("cu1*/lib/libcudart.so.*", "cuda_runtime/lib/libcudart.so.*",
+                        "cu1*/lib/libcublasLt.so.*", "cublas/lib/libcublasLt.so.*"):
+            for lib in sorted(glob.glob(os.path.join(nvidia, pattern))):
+                try:
+                    C.CDLL(lib, mode=C.RTLD_GLOBAL)
+                    loaded = True
+                except OSError:
+                    pass
+    return loaded
 
 
 def load(path=None):
-    lib = C.CDLL(os.path.abspath(path or _find_library()))
+    if path is None:
+        candidates = library_candidates()
+        if not candidates:
+            raise OSError("blockfp8: libblockfp8.so not found: install the package (pip install . from the "
+                          "repository root), build it (cmake --build build) or set BLOCKFP8_LIBRARY to its path")
+        path = candidates[0][1]
+    path = os.path.abspath(path)
+    try:
+        lib = C.CDLL(path)
+    except OSError as first:
+        if "libcudart" not in str(first) and "libcublas" not in str(first):
+            raise
+        if not _preload_cuda_libraries():
+            raise
+        lib = C.CDLL(path)
     for name, (restype, argtypes) in _SIGNATURES.items():
         fn = getattr(lib, name)
         fn.restype = restype

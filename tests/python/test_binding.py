@@ -12,7 +12,9 @@ over numpy arrays:
   random-normal tensors: every fp8 GEMM >= 28 dB, RECIPE.md section 5's bar
   for random normal inputs (measured 28.6-28.8 dB; test_linear_cpu's fills
   reach 31 dB and hold the layer to 25 / 30 / 30 dB);
-- bad input: blockfp8.Error with the library's status, or ValueError.
+- the Python layout (canonical_layout) against the library's bfp8_qmatrix_layout;
+- bad input: blockfp8.Error with the library's status, or ValueError / TypeError
+  (test_binding_args.py fuzzes the argument checks).
 Exit code: 0 passed, 1 a failure, 77 skipped (numpy / ml_dtypes missing, not CI).
 """
 import os
@@ -255,8 +257,8 @@ def test_bad_input(rng):
     x = make(64, 256, "f32", rng)
     qx, _ = bf.quantize_1x128(x)
     qw, _ = bf.quantize_128x128(make(128, 200, "f32", rng))
-    expect_error(lambda: bf.gemm_1d2d(qx, qw), bf.Error, "gemm_1d2d with K 256 against K 200")
-    expect_error(lambda: bf.gemm_1d2d(qx, qx), bf.Error, "gemm_1d2d with a 1x128 B")
+    expect_error(lambda: bf.gemm_1d2d(qx, qw), ValueError, "gemm_1d2d with K 256 against K 200")
+    expect_error(lambda: bf.gemm_1d2d(qx, qx), ValueError, "gemm_1d2d with a 1x128 B")
     expect_error(lambda: bf.quantize_1x128(x[:, ::2]), ValueError, "strided columns")
     expect_error(lambda: bf.quantize_1x128(x.reshape(4, 16, 256)), ValueError, "a 3-D array")
     expect_error(lambda: bf.quantize_1x128(x.astype(np.float64)), TypeError, "float64")
@@ -269,9 +271,32 @@ def test_bad_input(rng):
     expect_error(lambda: bf.Linear(256, 128, 64, recipe="fp4"), ValueError, "unknown recipe")
 
 
+def test_layout(rng):
+    """canonical_layout (what the binding and the PyTorch ops allocate) is the library's."""
+    import ctypes
+    from blockfp8 import _ffi
+    lib = bf._library()
+    for rows in (1, 3, 4, 5, 127, 128, 129, 1000):
+        for cols in (1, 15, 16, 17, 128, 129, 4097):
+            for gran in (_ffi.GRAN_1X128, _ffi.GRAN_128X128):
+                q = _ffi.QMatrix()
+                data_bytes, scale_bytes = ctypes.c_size_t(), ctypes.c_size_t()
+                lib.bfp8_qmatrix_layout(ctypes.byref(q), rows, cols, gran, ctypes.byref(data_bytes),
+                                        ctypes.byref(scale_bytes))
+                ld, scale_rows, scale_ld = bf.canonical_layout(rows, cols, gran)
+                # the library counts the scales up to the last one used (the rectangle may be larger)
+                last_row = rows if gran == _ffi.GRAN_1X128 else -(-cols // 128)
+                check((ld, scale_ld) == (q.ld, q.scale_ld) and rows * ld == data_bytes.value
+                      and ((scale_rows - 1) * scale_ld + last_row) * 4 == scale_bytes.value,
+                      "canonical_layout(%d, %d, %d) = %s, the library's ld %d scale_ld %d bytes %d %d" % (
+                          rows, cols, gran, (ld, scale_rows, scale_ld), q.ld, q.scale_ld, data_bytes.value,
+                          scale_bytes.value))
+
+
 def main():
     rng = np.random.default_rng(7)
-    for test in (test_quantizers, test_nonfinite, test_gemms, test_grouped_gemms, test_linear, test_linear_f32,
+    for test in (test_layout, test_quantizers, test_nonfinite, test_gemms, test_grouped_gemms, test_linear,
+                 test_linear_f32,
                  test_bad_input):
         test(rng)
     return check.finish()

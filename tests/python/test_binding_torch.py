@@ -195,8 +195,9 @@ def test_module(gen):
 
 
 def test_module_f32_input(gen):
-    """An f32 x reaches the quantizers as it is (no rounding to bf16 first): the layer's y, dx and dw are
-    those of the ops on the f32 data, bit for bit (dy arrives as y's dtype, bf16)."""
+    """An f32 x reaches the quantizers as it is (no rounding to bf16 first) and, outside autocast, y and dx
+    come out of the GEMMs in f32 (as nn.Linear's, of x's dtype): the layer's y, dx and dw are those of the
+    ops on the f32 data, bit for bit. Inside autocast y is bf16."""
     tokens, k, n = 384, 512, 256
     x = torch.randn(tokens, k, generator=gen).to(dev)
     dy = torch.randn(tokens, n, generator=gen).to(dev, torch.bfloat16)
@@ -205,11 +206,16 @@ def test_module_f32_input(gen):
     qx, qxt = bf.quantize_1x128(x, rows=True, cols=True)
     qw, qwt = bf.quantize_128x128(layer.weight.detach().contiguous(), transposed=True)
     qdy, qdyt = bf.quantize_1x128(dy, rows=True, cols=True)
-    check(y.dtype == torch.bfloat16 and torch.equal(y, bf.gemm_1d2d(qx, qw)), "Float8BlockwiseLinear f32 x: y")
-    check(dx.dtype == torch.float32 and torch.equal(dx, bf.gemm_1d2d(qdy, qwt).float()), "Float8BlockwiseLinear f32 x: dx")
+    check(y.dtype == torch.float32 and torch.equal(y, bf.gemm_1d2d(qx, qw, out_dtype="f32")),
+          "Float8BlockwiseLinear f32 x: y")
+    check(dx.dtype == torch.float32 and torch.equal(dx, bf.gemm_1d2d(qdy, qwt, out_dtype="f32")),
+          "Float8BlockwiseLinear f32 x: dx")
     check(torch.equal(dw, bf.gemm_1d1d(qdyt, qxt)), "Float8BlockwiseLinear f32 x: dw")
     q16, _ = bf.quantize_1x128(x.to(torch.bfloat16))
     check(not torch.equal(q16.data, qx.data), "f32 x: its bf16 rounding quantizes the same (the test cannot tell)")
+    with torch.autocast(dev.type, dtype=torch.bfloat16):
+        y16 = layer(x)
+    check(y16.dtype == torch.bfloat16 and torch.equal(y16, bf.gemm_1d2d(qx, qw)), "Float8BlockwiseLinear autocast: y")
 
 
 def test_nonfinite(layer, x, dy):
