@@ -16,7 +16,8 @@ q/k/v and output, SwiGLU gate/up and down), starts from the same weights
 (the C trainer's for --seed, init_like_c_trainer) and trains on the same
 batches with the C trainer's optimizer and schedule (AdamW 0.9/0.95, wd 0.1
 not on norms, clip 1.0, warmup then cosine to lr/10 over --steps). torch.compile
-compiles each transformer block (fullgraph; the 16 share one compiled
+compiles each transformer block (fullgraph but for torchao's layer, whose
+scaled_mm dynamo cannot trace; the 16 blocks share one compiled
 graph) and the output (final norm, head, cross-entropy), as torchtitan does.
 
 Per mode it prints tokens/s over the steady steps (from --timed-from on,
@@ -148,12 +149,15 @@ def build_model(args, mode, config, device, torch, llama):
     forward = model
     if mode.endswith("compile"):
         backend = "inductor"
+        # torchao's layer calls torch._scaled_mm_v2, which dynamo cannot trace in
+        # torch 2.11: its blocks compile with graph breaks around those calls
+        fullgraph = not mode.startswith("torchao")
         if args.compile_scope == "model":
-            forward = torch.compile(model, fullgraph=True, backend=backend)
+            forward = torch.compile(model, fullgraph=fullgraph, backend=backend)
         else:
             for block in model.layers:
-                block.compile(fullgraph=True, backend=backend)
-            model.output = torch.compile(model.output, fullgraph=True, backend=backend)
+                block.compile(fullgraph=fullgraph, backend=backend)
+            model.output = torch.compile(model.output, fullgraph=fullgraph, backend=backend)
     return model, forward
 
 
