@@ -136,6 +136,12 @@ bfp8_status bfp8_cuda_attention_backward(bfp8_context *ctx, const bfp8_attention
                                          uint16_t *dv, void *workspace, size_t workspace_bytes);
 /* Workspace bytes of the CUDA backward (a resolved desc); the CPU needs none. */
 size_t bfp8_cuda_attention_backward_workspace_size(const bfp8_attention_desc *desc);
+/* The CUDA forward with a chosen kernel variant, for bench/attention to compare
+ * them (0: no ping-pong between the math warpgroups, 1: ping-pong, the default);
+ * desc resolved, arguments unchecked. */
+bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
+                                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                uint16_t *o, float *lse, int variant);
 
 #ifdef __cplusplus
 }

@@ -83,3 +83,9 @@ size_t bfp8_cuda_attention_backward_workspace_size(const bfp8_attention_desc *de
     (void)desc;
     return 0;
 }
+bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
+                                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                uint16_t *o, float *lse, int variant) {
+    (void)ctx; (void)desc; (void)q; (void)k; (void)v; (void)o; (void)lse; (void)variant;
+    return no_cuda();
+}

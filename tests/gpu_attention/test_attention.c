@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "formats/formats.h"
+#include "internal.h"
 #include "test_util.h"
 
 /* A relative error of 1% is 40 dB. bf16 outputs alone cost ~50 dB; the
@@ -48,53 +49,68 @@ static double bf(uint16_t x) { return (double)bfp8_bf16_to_f32(x); }
 static void reference(const attn_case *c, double scale, const uint16_t *q, int64_t qs, const uint16_t *k,
                       int64_t ks, const uint16_t *v, int64_t vs, const uint16_t *d_o, int64_t dos, ref_out *r) {
     const int64_t B = c->batch, T = c->seq, H = c->heads, Hk = c->kv_heads, D = c->head_dim, G = H / Hk;
-    memset(r->dk, 0, (size_t)(B * T * Hk * D) * sizeof(double));
-    memset(r->dv, 0, (size_t)(B * T * Hk * D) * sizeof(double));
-    #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t bh = 0; bh < B * Hk; ++bh) {
-        const int64_t b = bh / Hk, hk = bh % Hk;
-        double *p = test_malloc((size_t)T * sizeof(double)), *dp = test_malloc((size_t)T * sizeof(double));
+    double *delta = test_malloc((size_t)(B * H * T) * sizeof(double));
+    /* pass 1, a query row at a time: o, lse, delta, dq */
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t row = 0; row < B * H * T; ++row) {
+        const int64_t b = row / (H * T), h = (row / T) % H, t = row % T, hk = h / G, n = c->causal ? t + 1 : T;
+        const uint16_t *qr = q + (b * T + t) * qs + h * D, *dor = d_o + (b * T + t) * dos + h * D;
+        double *p = test_malloc((size_t)T * sizeof(double));
+        double m = -INFINITY, l = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+            const uint16_t *kr = k + (b * T + j) * ks + hk * D;
+            double s = 0.0;
+            for (int64_t i = 0; i < D; ++i) s += bf(qr[i]) * bf(kr[i]);
+            p[j] = s * scale;
+            if (p[j] > m) m = p[j];
+        }
+        for (int64_t j = 0; j < n; ++j) l += (p[j] = exp(p[j] - m));
+        double *o = r->o + ((b * T + t) * H + h) * D;
+        for (int64_t i = 0; i < D; ++i) o[i] = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+            p[j] /= l;
+            const uint16_t *vr = v + (b * T + j) * vs + hk * D;
+            for (int64_t i = 0; i < D; ++i) o[i] += p[j] * bf(vr[i]);
+        }
+        r->lse[row] = m + log(l);
+        double dl = 0.0;
+        for (int64_t i = 0; i < D; ++i) dl += bf(dor[i]) * o[i];
+        delta[row] = dl;
+        double *dq = r->dq + ((b * T + t) * H + h) * D;
+        for (int64_t i = 0; i < D; ++i) dq[i] = 0.0;
+        for (int64_t j = 0; j < n; ++j) {
+            const uint16_t *kr = k + (b * T + j) * ks + hk * D, *vr = v + (b * T + j) * vs + hk * D;
+            double s = 0.0;
+            for (int64_t i = 0; i < D; ++i) s += bf(dor[i]) * bf(vr[i]);
+            const double ds = p[j] * (s - dl) * scale;
+            for (int64_t i = 0; i < D; ++i) dq[i] += ds * bf(kr[i]);
+        }
+        free(p);
+    }
+    /* pass 2, a key row at a time: dk, dv over the queries that see it in its heads */
+    #pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t row = 0; row < B * Hk * T; ++row) {
+        const int64_t b = row / (Hk * T), hk = (row / T) % Hk, j = row % T;
+        const uint16_t *kr = k + (b * T + j) * ks + hk * D, *vr = v + (b * T + j) * vs + hk * D;
+        double *dk = r->dk + ((b * T + j) * Hk + hk) * D, *dv = r->dv + ((b * T + j) * Hk + hk) * D;
+        for (int64_t i = 0; i < D; ++i) dk[i] = dv[i] = 0.0;
         for (int64_t h = hk * G; h < (hk + 1) * G; ++h)
-            for (int64_t t = 0; t < T; ++t) {
+            for (int64_t t = c->causal ? j : 0; t < T; ++t) {
                 const uint16_t *qr = q + (b * T + t) * qs + h * D, *dor = d_o + (b * T + t) * dos + h * D;
-                const int64_t n = c->causal ? t + 1 : T;
-                double m = -INFINITY, l = 0.0;
-                for (int64_t j = 0; j < n; ++j) {
-                    const uint16_t *kr = k + (b * T + j) * ks + hk * D;
-                    double s = 0.0;
-                    for (int64_t i = 0; i < D; ++i) s += bf(qr[i]) * bf(kr[i]);
-                    p[j] = s * scale;
-                    if (p[j] > m) m = p[j];
+                double s = 0.0, dp = 0.0;
+                for (int64_t i = 0; i < D; ++i) {
+                    s += bf(qr[i]) * bf(kr[i]);
+                    dp += bf(dor[i]) * bf(vr[i]);
                 }
-                for (int64_t j = 0; j < n; ++j) l += (p[j] = exp(p[j] - m));
-                double *o = r->o + ((b * T + t) * H + h) * D;
-                for (int64_t i = 0; i < D; ++i) o[i] = 0.0;
-                for (int64_t j = 0; j < n; ++j) {
-                    p[j] /= l;
-                    const uint16_t *vr = v + (b * T + j) * vs + hk * D;
-                    for (int64_t i = 0; i < D; ++i) o[i] += p[j] * bf(vr[i]);
-                }
-                r->lse[(b * H + h) * T + t] = m + log(l);
-                double delta = 0.0;
-                for (int64_t i = 0; i < D; ++i) delta += bf(dor[i]) * o[i];
-                double *dq = r->dq + ((b * T + t) * H + h) * D;
-                for (int64_t i = 0; i < D; ++i) dq[i] = 0.0;
-                for (int64_t j = 0; j < n; ++j) {
-                    const uint16_t *kr = k + (b * T + j) * ks + hk * D, *vr = v + (b * T + j) * vs + hk * D;
-                    double s = 0.0;
-                    for (int64_t i = 0; i < D; ++i) s += bf(dor[i]) * bf(vr[i]);
-                    dp[j] = p[j] * (s - delta) * scale; /* dS, scaled */
-                    double *dk = r->dk + ((b * T + j) * Hk + hk) * D, *dv = r->dv + ((b * T + j) * Hk + hk) * D;
-                    for (int64_t i = 0; i < D; ++i) {
-                        dq[i] += dp[j] * bf(kr[i]);
-                        dk[i] += dp[j] * bf(qr[i]);
-                        dv[i] += p[j] * bf(dor[i]);
-                    }
+                const int64_t qrow = (b * H + h) * T + t;
+                const double p = exp(s * scale - r->lse[qrow]), ds = p * (dp - delta[qrow]) * scale;
+                for (int64_t i = 0; i < D; ++i) {
+                    dk[i] += ds * bf(qr[i]);
+                    dv[i] += p * bf(dor[i]);
                 }
             }
-        free(p);
-        free(dp);
     }
+    free(delta);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -280,6 +296,28 @@ static int same_bits(const run_out *a, const run_out *b, size_t dqkv_n, size_t o
            memcmp(a->lse, b->lse, (size_t)lse_n * 4) == 0;
 }
 
+/* The forward's kernel variants (bench/attention times them) give the same bits as the default. */
+static void check_forward_variants(bfp8_context *ctx, const attn_case *c, const layout *l, const uint16_t *qkv,
+                                   size_t qkv_n, const uint16_t *o_default, size_t o_n) {
+    bfp8_attention_desc d = desc_of(c, l);
+    const int64_t H = c->heads * c->head_dim, Hk = c->kv_heads * c->head_dim;
+    if (!d.q_row_stride) d.q_row_stride = H, d.k_row_stride = d.v_row_stride = Hk;
+    d.softmax_scale = 1.0f / sqrtf((float)c->head_dim);
+    uint16_t *o_host = test_malloc(o_n * 2);
+    for (size_t i = 0; i < o_n; ++i) o_host[i] = SENTINEL;
+    dev_buf b_qkv = to_backend(ctx, qkv, qkv_n * 2), b_o = to_backend(ctx, o_host, o_n * 2);
+    dev_buf b_lse = to_backend(ctx, NULL, (size_t)(c->batch * c->heads * c->seq) * 4);
+    const uint16_t *base = b_qkv.ptr;
+    for (int variant = 0; variant < 2; ++variant) {
+        CHECK_OK(bfp8_cuda_attention_forward_variant(ctx, &d, base + l->q_off, base + l->k_off, base + l->v_off,
+                                                     b_o.ptr, b_lse.ptr, variant));
+        to_host(ctx, o_host, &b_o);
+        CHECK(memcmp(o_host, o_default, o_n * 2) == 0, "forward variant %d differs from the default", variant);
+    }
+    free(o_host);
+    bfp8_free(ctx, b_qkv.ptr), bfp8_free(ctx, b_o.ptr), bfp8_free(ctx, b_lse.ptr);
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void run_case(bfp8_context *ctx, bfp8_context *cpu, const attn_case *c, int index) {
@@ -331,6 +369,7 @@ static void run_case(bfp8_context *ctx, bfp8_context *cpu, const attn_case *c, i
             run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 1, &b);
             compare("nondt", c, &l, &b, &ref, NULL);
             free_run(&b);
+            check_forward_variants(ctx, c, &l, qkv, qkv_n, a.o, o_n);
         }
         free(ref.o), free(ref.dq), free(ref.dk), free(ref.dv), free(ref.lse);
     }
