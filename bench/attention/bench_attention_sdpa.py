@@ -47,6 +47,7 @@ def load_library():
     has_variant = hasattr(lib, "bfp8_cuda_attention_forward_variant")
     if has_variant:
         lib.bfp8_cuda_attention_forward_variant.argtypes = [vp, ctypes.POINTER(Desc), vp, vp, vp, vp, vp, ctypes.c_int]
+        lib.bfp8_cuda_attention_backward_variant.argtypes = [vp, ctypes.POINTER(Desc)] + [vp] * 10 + [ctypes.c_int]
     del i64
     return lib, has_variant
 
@@ -90,13 +91,19 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
     def ours_fwd():
         check(lib, lib.bfp8_attention_forward(ctx, ctypes.byref(desc), p(q), p(k), p(v), p(o), p(lse)), "forward")
 
+    full = Desc(batch=B, seq=T, n_heads=H, n_kv_heads=H, head_dim=D, causal=int(causal),
+                softmax_scale=D ** -0.5, q_row_stride=H * D, k_row_stride=H * D, v_row_stride=H * D,
+                o_row_stride=H * D, do_row_stride=H * D, dq_row_stride=H * D, dk_row_stride=H * D,
+                dv_row_stride=H * D)
+
     def ours_fwd_variant(variant):
-        full = Desc(batch=B, seq=T, n_heads=H, n_kv_heads=H, head_dim=D, causal=int(causal),
-                    softmax_scale=D ** -0.5, q_row_stride=H * D, k_row_stride=H * D, v_row_stride=H * D,
-                    o_row_stride=H * D, do_row_stride=H * D, dq_row_stride=H * D, dk_row_stride=H * D,
-                    dv_row_stride=H * D)
         return lambda: check(lib, lib.bfp8_cuda_attention_forward_variant(
             ctx, ctypes.byref(full), p(q), p(k), p(v), p(o), p(lse), variant), "forward variant")
+
+    def ours_bwd_variant(variant):
+        return lambda: check(lib, lib.bfp8_cuda_attention_backward_variant(
+            ctx, ctypes.byref(full), p(q), p(k), p(v), p(o), p(d_o), p(lse), p(dq), p(dk), p(dv), p(ws), variant),
+            "backward variant")
 
     def ours_bwd(nondet):
         desc.nondeterministic = nondet
@@ -134,9 +141,11 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
     res = {}
     res["ours_fwd"] = time_ms(ours_fwd, reps)
     if has_variant:
-        res["ours_fwd_plain"] = time_ms(ours_fwd_variant(0), reps)
+        res["ours_fwd_whole"] = time_ms(ours_fwd_variant(1), reps)
     res["ours_bwd"] = time_ms(lambda: ours_bwd(0), reps)
     res["ours_bwd_nondet"] = time_ms(lambda: ours_bwd(1), reps)
+    if has_variant:
+        res["ours_bwd_keyorder"] = time_ms(ours_bwd_variant(1), reps)
     res["cudnn_fwd"] = time_ms(fwd_c, reps)
     res["cudnn_bwd"] = time_ms(bwd_c, reps)
     del ref_c
@@ -148,10 +157,12 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
            f"flash {tf(res['flash_fwd']):6.1f} TFLOP/s  ours/cudnn {res['cudnn_fwd'] / res['ours_fwd']:.3f}"
            f"  ours/flash {res['flash_fwd'] / res['ours_fwd']:.3f}")
     if has_variant:
-        msg += f"  (no ping-pong {tf(res['ours_fwd_plain']):6.1f})"
+        msg += f"  (whole blocks {tf(res['ours_fwd_whole']):6.1f})"
+    keyo = f", key block order {tf(res['ours_bwd_keyorder'], 2.5):6.1f}" if has_variant and causal else ""
     msg += (f"\n{line}  bwd: ours {tf(res['ours_bwd'], 2.5):6.1f} cudnn {tf(res['cudnn_bwd'], 2.5):6.1f} "
             f"flash {tf(res['flash_bwd'], 2.5):6.1f} TFLOP/s  ours/cudnn {res['cudnn_bwd'] / res['ours_bwd']:.3f}"
-            f"  ours/flash {res['flash_bwd'] / res['ours_bwd']:.3f}  (nondet {tf(res['ours_bwd_nondet'], 2.5):6.1f})"
+            f"  ours/flash {res['flash_bwd'] / res['ours_bwd']:.3f}  (nondet {tf(res['ours_bwd_nondet'], 2.5):6.1f}"
+            f"{keyo})"
             f"\n{line}  vs cudnn: o {errs[0]:.1e} dq {errs[1]:.1e} dk {errs[2]:.1e} dv {errs[3]:.1e}"
             f"  (ms: fwd {res['ours_fwd']:.3f} / {res['cudnn_fwd']:.3f}, bwd {res['ours_bwd']:.3f} / "
             f"{res['cudnn_bwd']:.3f})")

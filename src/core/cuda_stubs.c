@@ -89,3 +89,12 @@ bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_at
     (void)ctx; (void)desc; (void)q; (void)k; (void)v; (void)o; (void)lse; (void)variant;
     return no_cuda();
 }
+bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
+                                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                 const uint16_t *o, const uint16_t *d_o, const float *lse,
+                                                 uint16_t *dq, uint16_t *dk, uint16_t *dv, void *workspace,
+                                                 int variant) {
+    (void)ctx; (void)desc; (void)q; (void)k; (void)v; (void)o; (void)d_o; (void)lse; (void)dq; (void)dk; (void)dv;
+    (void)workspace; (void)variant;
+    return no_cuda();
+}

@@ -7,8 +7,7 @@
  *             so padded rows get P = 0); the dQ semaphores to 0 (and, for
  *             the nondeterministic mode, the dQ sums to 0)
  *   main      a CTA per (128 keys, key/value head, sequence), dK and dV of its
- *             keys in registers for the whole run, the key blocks of a head
- *             next to each other in launch order:
+ *             keys in registers for the whole run, in the order of bwd_unit:
  *               - warpgroup 0: warp 0 loads K and V once, then Q, dO, lse2,
  *                 delta of each query block in a 2-stage ring (TMA, bulk
  *                 copies); warp 1 adds each step's dQ into the workspace
@@ -23,15 +22,13 @@
  *   finish    dq = scale * (the workspace's sums), bf16.
  *
  * Determinism: every dQ element is the fp32 sum of one term per key block,
- * added by the bulk reduction in L2; the order of those adds is fixed per
- * query block: key block n waits until the blocks before it in that order
- * have added (a semaphore per query block). The order is the one in which the
- * key blocks reach the query block when they run side by side (causal:
- * highest key block first; otherwise by distance from the diagonal), so the
- * waits are short; the first in the order stores instead of adding, so the
- * sums need no zeroing. That order waits on key blocks launched later, which
- * is safe while all key blocks of a head fit on the GPU at once; past that
- * (n_k_blocks > SMs) key block order is used, which only waits on earlier ones.
+ * added by the bulk reduction in L2 in key block order: key block n waits
+ * until blocks 0 .. n-1 have added to the query block (a semaphore per query
+ * block), and block 0 stores instead of adding, so the sums need no zeroing.
+ * The CTA order (bwd_unit) starts the key blocks of a head in that order, and
+ * each visits the query blocks from the last one down, so a key block meets
+ * a query block after the lower ones, which started earlier, have left it:
+ * the waits are short, and never on a CTA that has not started.
  */
 #include "cuda/attention_common.cuh"
 #include "cuda/attention_ptx.cuh"
@@ -44,13 +41,13 @@ template <int D> struct BwdShape {
     static constexpr int BN = kBwdBlockK, BM = BwdBlock<D>::Q, CHUNKS = D / 64, STAGES = 2;
     static constexpr int KV_BYTES = BN * D * 2;    /* K (or V) */
     static constexpr int QS_BYTES = BM * D * 2;    /* one stage of Q (or dO) */
-    static constexpr int DS_BYTES = BN * BM * 2;   /* one dS^T buffer: BM / 64 chunks of [BN keys][64 queries] */
+    static constexpr int DS_BYTES = BN * BM * 2;   /* dS^T: BM / 64 chunks of [BN keys][64 queries] */
     static constexpr int DQ_BYTES = BM * D * 4;    /* the step's dQ, f32 */
     static constexpr int K_OFF = 0, V_OFF = K_OFF + KV_BYTES;
     static constexpr int Q_OFF = V_OFF + KV_BYTES;
     static constexpr int DO_OFF = Q_OFF + STAGES * QS_BYTES;
     static constexpr int DS_OFF = DO_OFF + STAGES * QS_BYTES;
-    static constexpr int DQ_OFF = DS_OFF + 2 * DS_BYTES;
+    static constexpr int DQ_OFF = DS_OFF + 2 * DS_BYTES; /* dS double-buffered */
     static constexpr int LSE_OFF = DQ_OFF + DQ_BYTES; /* per stage: lse2[BM], delta[BM] */
     static constexpr int BAR_OFF = LSE_OFF + STAGES * 2 * BM * 4;
     static constexpr int SMEM = BAR_OFF + 8 * (3 + 2 * STAGES) + 1024;
@@ -60,22 +57,6 @@ template <int D> struct BwdShape {
 template <int N> __device__ __forceinline__ void fence_regs(float (&d)[N]) {
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/* Place of key block n among the key blocks that add into query block m. */
-__device__ int dq_rank(const BwdParams &p, int n, int m, int block_q) {
-    if (!p.order_by_time) return n;
-    const int r = kBwdBlockK / block_q;
-    if (p.causal) return m / r - n; /* the key blocks n' > n with diagonal <= m come first */
-    const int tau = (m - n * r + p.n_q_blocks * r) % p.n_q_blocks;
-    int count = 0;
-    for (int n2 = threadIdx.x % 32; n2 < p.n_k_blocks; n2 += 32) {
-        const int tau2 = (m - n2 * r + p.n_q_blocks * r) % p.n_q_blocks;
-        count += tau2 < tau;
-    }
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) count += __shfl_xor_sync(0xffffffffu, count, off);
-    return count;
 }
 
 template <int D>
@@ -92,9 +73,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
     uint64_t *const kv_full = bars, *const dq_full = bars + 1, *const dq_empty = bars + 2;
     uint64_t *const full = bars + 3, *const empty = full + S::STAGES;
 
-    const int n_block = blockIdx.x % p.n_k_blocks;
-    const int bhk = blockIdx.x / p.n_k_blocks, b = bhk / p.kv_heads, hk = bhk % p.kv_heads;
-    const int steps = p.group * bwd_steps_per_head(p, n_block, BM);
     const int wg = threadIdx.x / 128;
 
     if (threadIdx.x == 0) {
@@ -102,8 +80,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
         mbar_init(dq_full, 8); /* one arrive per math warp */
         mbar_init(dq_empty, 1);
         for (int s = 0; s < S::STAGES; ++s) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8);
+            mbar_init(&full[s], 1 + 32); /* the copies' expected bytes, and warp 0's lane stores of lse2, delta */
+            mbar_init(&empty[s], 256);   /* every math thread, after its last read of the stage */
         }
         fence_mbar_init();
     }
@@ -111,40 +89,52 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
 
     if (wg == 0) {
         regs_decrease<kBwdProducerRegs>();
-        const int warp = threadIdx.x / 32;
-        if (warp == 0 && threadIdx.x == 0) { /* loads */
-            tma_prefetch_descriptor(&p.q_map);
-            tma_prefetch_descriptor(&p.do_map);
-            mbar_arrive_expect_tx(kv_full, 2 * S::KV_BYTES);
+        const BwdUnit unit = bwd_unit(p, block_index_read());
+        const int n_block = unit.n_block, b = unit.bhk / p.kv_heads, hk = unit.bhk % p.kv_heads;
+        const int warp = threadIdx.x / 32, steps = p.group * bwd_steps_per_head(p, n_block, BM);
+        if (warp == 0) { /* loads: lane 0 issues the tensor copies, every lane stores its share of lse2, delta */
+            const int lane = threadIdx.x % 32;
+            if (lane == 0) {
+                tma_prefetch_descriptor(&p.q_map);
+                tma_prefetch_descriptor(&p.do_map);
+                mbar_arrive_expect_tx(kv_full, 2 * S::KV_BYTES);
 #pragma unroll
-            for (int c = 0; c < S::CHUNKS; ++c) {
-                tma_load_4d(sk + c * BN * 128, &p.k_map, kv_full, c * 64, hk, n_block * BN, b);
-                tma_load_4d(sv + c * BN * 128, &p.v_map, kv_full, c * 64, hk, n_block * BN, b);
+                for (int c = 0; c < S::CHUNKS; ++c) {
+                    tma_load_4d(sk + c * BN * 128, &p.k_map, kv_full, c * 64, hk, n_block * BN, b);
+                    tma_load_4d(sv + c * BN * 128, &p.v_map, kv_full, c * 64, hk, n_block * BN, b);
+                }
             }
             for (int it = 0; it < steps; ++it) {
                 const BwdStep st = bwd_step(p, hk, n_block, BM, it);
                 const int s = it % S::STAGES;
                 mbar_wait(&empty[s], ((it / S::STAGES) & 1) ^ 1);
-                mbar_arrive_expect_tx(&full[s], 2 * S::QS_BYTES + 2 * BM * 4);
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(&full[s], 2 * S::QS_BYTES);
 #pragma unroll
-                for (int c = 0; c < S::CHUNKS; ++c) {
-                    tma_load_4d(sq + s * S::QS_BYTES + c * BM * 128, &p.q_map, &full[s], c * 64, st.q_head,
-                                st.q_block * BM, b);
-                    tma_load_4d(sdo + s * S::QS_BYTES + c * BM * 128, &p.do_map, &full[s], c * 64, st.q_head,
-                                st.q_block * BM, b);
+                    for (int c = 0; c < S::CHUNKS; ++c) {
+                        tma_load_4d(sq + s * S::QS_BYTES + c * BM * 128, &p.q_map, &full[s], c * 64, st.q_head,
+                                    st.q_block * BM, b);
+                        tma_load_4d(sdo + s * S::QS_BYTES + c * BM * 128, &p.do_map, &full[s], c * 64, st.q_head,
+                                    st.q_block * BM, b);
+                    }
                 }
                 const int64_t row = ((int64_t)b * p.heads + st.q_head) * p.seq_pad + (int64_t)st.q_block * BM;
-                bulk_load(slse + s * 2 * BM, p.lse2 + row, BM * 4, &full[s]);
-                bulk_load(slse + s * 2 * BM + BM, p.delta + row, BM * 4, &full[s]);
+                float *dst = slse + s * 2 * BM;
+#pragma unroll
+                for (int i = lane; i < BM; i += 32) {
+                    dst[i] = p.lse2[row + i];
+                    dst[BM + i] = p.delta[row + i];
+                }
+                mbar_arrive_at(smem_u32(&full[s]));
             }
         } else if (warp == 1) { /* dQ adds */
             for (int it = 0; it < steps; ++it) {
                 const BwdStep st = bwd_step(p, hk, n_block, BM, it);
                 const int64_t qb = ((int64_t)b * p.heads + st.q_head) * p.n_q_blocks + st.q_block;
-                const int rank = p.deterministic ? dq_rank(p, n_block, st.q_block, BM) : 0;
                 mbar_wait(dq_full, it & 1);
                 if (threadIdx.x == 32) {
-                    if (p.deterministic) {
+                    const int rank = bwd_dq_rank(p, n_block, st.q_block, BM);
+                    if (p.deterministic) { /* wait for the key blocks before this one in the query block's order */
                         while (ld_acquire_gpu(&p.dq_sems[qb]) != (unsigned)rank) {
                         }
                         fence_proxy_async_global();
@@ -172,16 +162,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
 
     /* ---- math warpgroups: keys [n_block * BN + 64 w, + 64) ---- */
     regs_increase<kBwdMathRegs>();
+    const BwdUnit unit = bwd_unit(p, block_index_read());
+    const int n_block = unit.n_block, b = unit.bhk / p.kv_heads, hk = unit.bhk % p.kv_heads;
+    const int steps = p.group * bwd_steps_per_head(p, n_block, BM);
     const int w = wg - 1, lt = threadIdx.x % 128, warp = lt / 32, lane = lt % 32, t = lane % 4;
     const int key_first = n_block * BN + 64 * w;
     const int key0 = key_first + 16 * warp + lane / 4; /* this thread's keys: key0, key0 + 8 */
-    /* this warpgroup's part of the step's dQ: rows [dq_row0, + 64) x columns [dq_col0, + 64) */
-    const int dq_row0 = BM == 128 ? 64 * w : 0, dq_col0 = BM == 128 ? 0 : 64 * w;
 
     float dk[D / 2], dv[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.0f;
-
     mbar_wait(kv_full, 0);
     for (int it = 0; it < steps; ++it) {
         const BwdStep st = bwd_step(p, hk, n_block, BM, it);
@@ -240,6 +230,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
             pa[2 * jj] = pack_bf16(sp[4 * jj], sp[4 * jj + 1]);
             pa[2 * jj + 1] = pack_bf16(sp[4 * jj + 2], sp[4 * jj + 3]);
         }
+        /* dS^T to shared memory (double-buffered), 128-byte swizzled: element
+         * (key, q) of chunk q / 64 at key * 128 + ((q % 64) / 8 ^ key % 8) * 16 + (q % 8) * 2 */
+        uint8_t *ds_buf = sds + (it & 1) * S::DS_BYTES;
+#pragma unroll
+        for (int jj = 0; jj < BM / 8; ++jj)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int key = 64 * w + 16 * warp + lane / 4 + 8 * r, q = 8 * jj + 2 * t;
+                uint8_t *dst = ds_buf + (q / 64) * BN * 128 + key * 128 + ((((q % 64) / 8) ^ (key % 8)) * 16) +
+                               (q % 8) * 2;
+                *reinterpret_cast<uint32_t *>(dst) = dsa[2 * jj + r];
+            }
+        fence_proxy_async_shared();
 
         /* dV += P^T dO, dK += dS^T Q (contraction over the BM queries) */
         fence_regs(dv);
@@ -259,22 +262,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
         fence_regs(dv);
         fence_regs(dk);
 
-        /* dS^T to shared memory, 128-byte swizzled: element (key, q) of chunk
-         * q / 64 at key * 128 + ((q % 64) / 8 ^ key % 8) * 16 + (q % 8) * 2 */
-        uint8_t *ds_buf = sds + (it & 1) * S::DS_BYTES;
-#pragma unroll
-        for (int jj = 0; jj < BM / 8; ++jj)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                const int key = 64 * w + 16 * warp + lane / 4 + 8 * r, q = 8 * jj + 2 * t;
-                uint8_t *dst = ds_buf + (q / 64) * BN * 128 + key * 128 + ((((q % 64) / 8) ^ (key % 8)) * 16) +
-                               (q % 8) * 2;
-                *reinterpret_cast<uint32_t *>(dst) = dsa[2 * jj + r];
-            }
-        fence_proxy_async_shared();
         named_barrier_sync(kBarDsReady, 256);
-
-        /* dQ (this warpgroup's 64 x 64) = dS K over the BN keys */
+        /* dQ (this warpgroup's 64 x 64: rows dq_row0.., columns dq_col0..) = dS K over the BN keys */
+        const int dq_row0 = BM == 128 ? 64 * w : 0, dq_col0 = BM == 128 ? 0 : 64 * w;
         float dq[32];
         fence_regs(dq);
         wgmma_fence();
@@ -288,8 +278,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
         fence_regs(dq);
         fence_regs(dv);
         fence_regs(dk);
-        if (lane == 0) mbar_arrive_at(smem_u32(&empty[s]));
-
+        mbar_arrive_at(smem_u32(&empty[s])); /* after this thread's reads of the stage (lse2, delta too) */
         /* the step's dQ to shared memory in thread order, for warp 1 of the producer */
         mbar_wait(dq_empty, (it & 1) ^ 1);
 #pragma unroll
@@ -381,15 +370,17 @@ __global__ void attention_bwd_finish_kernel(const FinishParams p) {
     if (gid >= p.pairs) return;
     const int per_block = p.block_q * p.head_dim / 2;
     const int64_t blk = gid / per_block;
-    const int within = (int)(gid % per_block), tw = within % 256, i = 2 * (within / 256);
+    const int within = (int)(gid % per_block);
+    const int tw = within % 256, i = 2 * (within / 256);
     const int w = tw / 128, lt = tw % 128, warp = lt / 32, lane = lt % 32;
     const int row = (p.block_q == 128 ? 64 * w : 0) + 16 * warp + lane / 4 + 8 * ((i / 2) % 2);
     const int col = (p.block_q == 128 ? 0 : 64 * w) + 8 * (i / 4) + 2 * (lane % 4);
+    const int index = i * 256 + tw;
     const int64_t bh = blk / p.n_q_blocks;
     const int q = (int)(blk % p.n_q_blocks) * p.block_q + row;
     if (q >= p.seq) return;
     const float *src = p.dq_accum + blk * (int64_t)(p.block_q * p.head_dim);
-    const float x = src[i * 256 + tw] * p.scale, y = src[(i + 1) * 256 + tw] * p.scale;
+    const float x = src[index] * p.scale, y = src[index + 256] * p.scale;
     const int64_t b = bh / p.heads, h = bh % p.heads;
     *reinterpret_cast<uint32_t *>(p.dq + (b * p.seq + q) * p.dq_row_stride + h * p.head_dim + col) = pack_bf16(x, y);
 }
@@ -430,15 +421,14 @@ size_t bfp8_cuda_attention_backward_workspace_size(const bfp8_attention_desc *de
     return (size_t)bwd_workspace(desc).bytes;
 }
 
-bfp8_status bfp8_attention_backward_launch(bfp8_context *ctx, const bfp8_attention_desc *d, const uint16_t *q,
+bfp8_status bfp8_attention_backward_launch(cudaStream_t stream, const bfp8_attention_desc *d, const uint16_t *q,
                                            const uint16_t *k, const uint16_t *v, const uint16_t *o,
                                            const uint16_t *d_o, const float *lse, uint16_t *dq, uint16_t *dk,
-                                           uint16_t *dv, void *workspace) {
+                                           uint16_t *dv, void *workspace, int variant) {
     const int64_t B = d->batch, T = d->seq, H = d->n_heads, Hk = d->n_kv_heads, D = d->head_dim;
     const int bq = D == 128 ? BwdBlock<128>::Q : BwdBlock<64>::Q;
     const BwdWorkspace ws = bwd_workspace(d);
     uint8_t *wsb = static_cast<uint8_t *>(workspace);
-    cudaStream_t stream = bfp8_stream_of(ctx);
     const int deterministic = !d->nondeterministic;
 
     PrepParams pp;
@@ -470,7 +460,12 @@ bfp8_status bfp8_attention_backward_launch(bfp8_context *ctx, const bfp8_attenti
     p.scale_log2 = d->softmax_scale * kLog2e;
     p.causal = d->causal;
     p.deterministic = deterministic;
-    p.order_by_time = p.n_k_blocks <= bfp8_cuda_state_of(ctx)->num_sms;
+    p.time_order = d->causal && variant == kBwdTimeOrder;
+    p.bhk_count = (int)(B * Hk);
+    /* Q and dO of a key head's queries: 4 group T D bytes; keep a section's in about 20 MB of L2 */
+    const int64_t per_pair = 4 * (H / Hk) * T * D;
+    p.section = (int)(per_pair >= ((int64_t)20 << 20) ? 1 : ((int64_t)20 << 20) / per_pair);
+    if (p.section > p.bhk_count) p.section = p.bhk_count;
     const int64_t ctas = (int64_t)p.n_k_blocks * B * Hk;
     if (ctas > INT32_MAX) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_attention_backward: too many key blocks");
     BFP8_TRY(D == 64 ? launch_bwd<64>(p, (int)ctas, stream) : launch_bwd<128>(p, (int)ctas, stream));

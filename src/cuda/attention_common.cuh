@@ -53,9 +53,10 @@ struct FwdParams {
     int causal;
 };
 
-/* Forward kernel variants (bench/attention times them; the library runs kFwdDefault). */
-enum FwdVariant { kFwdPlain = 0, kFwdPingPong = 1, kFwdVariants = 2 };
-constexpr int kFwdDefault = kFwdPingPong;
+/* Forward kernel variants (bench/attention times them; the library runs
+ * kFwdDefault): blocks of keys no row sees half-multiplied, or not. */
+enum FwdVariant { kFwdHalfDiagonal = 0, kFwdWholeBlocks = 1, kFwdVariants = 2 };
+constexpr int kFwdDefault = kFwdHalfDiagonal;
 
 /* Unit u of the forward's order -> query tile and (sequence, head): sections
  * of `section` (sequence, head) pairs, each with its tiles longest first
@@ -76,6 +77,10 @@ __device__ __forceinline__ FwdUnit fwd_unit(const FwdParams &p, int u) {
 /* Backward                                                                  */
 
 constexpr int kBwdBlockK = 128; /* keys per CTA: 64 per math warpgroup */
+/* Backward variants (bench/attention times them; the library runs kBwdDefault):
+ * the order of bwd_unit, or for causal attention the non-causal order. */
+enum BwdVariant { kBwdTimeOrder = 0, kBwdKeyOrder = 1, kBwdVariants = 2 };
+constexpr int kBwdDefault = kBwdTimeOrder;
 template <int D> struct BwdBlock {
     static constexpr int Q = D == 128 ? 64 : 128; /* queries per step */
 };
@@ -87,21 +92,44 @@ struct BwdParams {
     const float *lse2;  /* [batch * heads][seq_pad]: lse * log2(e), +inf past seq */
     const float *delta; /* [batch * heads][seq_pad]: rowsum(dO * O), 0 past seq */
     float *dq_accum;    /* [batch * heads][n_q_blocks][BlockQ * D], each block in the math threads' order */
-    unsigned *dq_sems;  /* [batch * heads][n_q_blocks]: adds done (deterministic order) */
+    unsigned *dq_sems;  /* [batch * heads][n_q_blocks]: key blocks that have added (deterministic order) */
     int seq, seq_pad, heads, kv_heads, group;
     int n_q_blocks, n_k_blocks;
+    int bhk_count; /* batch * kv_heads */
+    int section;   /* (sequence, key head) pairs per section of the CTA order */
     float scale_log2, scale;
     int causal;
     int deterministic;
-    int order_by_time; /* dQ adds in the order the key blocks reach a query block (else key block order) */
+    int time_order; /* causal attention's order (see bwd_unit) */
 };
 
-/* The query blocks a key block visits, in order: every query head of its
- * group, and for each its query blocks from the diagonal on (causal) or all
- * of them, starting at the diagonal and wrapping around (so that at any
- * time the key blocks of a head work on different query blocks). */
+/* The backward's order. Key blocks of a (sequence, key head) pair add their
+ * dQ terms to a query block in a fixed order (deterministic sums), and a key
+ * block only ever waits for ones launched before it, so no wait can be on a
+ * CTA that has not started:
+ *   causal: the key blocks from the last one down (the shortest first), each
+ *     visiting its query blocks from its diagonal up; a query block gets the
+ *     highest key block's terms first: each key block reaches it after the
+ *     ones above it (they started earlier and have fewer blocks before it),
+ *     and the key blocks of a pair work on different query blocks at any time;
+ *   otherwise: the key blocks from 0 up, each visiting the query blocks from
+ *     the last down, adding in key block order.
+ * CTAs go in sections of `section` pairs (their Q and dO stay in L2 while the
+ * section runs), the pairs fastest. BWD_KEY_ORDER (a kernel variant, causal
+ * only): the non-causal order for causal attention too. */
+struct BwdUnit {
+    int n_block, bhk;
+};
+__device__ __forceinline__ BwdUnit bwd_unit(const BwdParams &p, int x) {
+    const int per_section = p.section * p.n_k_blocks;
+    const int sec = x / per_section, first = sec * p.section;
+    const int size = min(p.section, p.bhk_count - first), within = x - sec * per_section;
+    const int rank = within / size;
+    return BwdUnit{p.time_order ? p.n_k_blocks - 1 - rank : rank, first + within % size};
+}
+
 struct BwdStep {
-    int q_head, q_block, tau; /* tau: the step's place among those of its query head */
+    int q_head, q_block;
 };
 __device__ __forceinline__ int bwd_diagonal(int n_block, int block_q) { return n_block * (kBwdBlockK / block_q); }
 __device__ __forceinline__ int bwd_steps_per_head(const BwdParams &p, int n_block, int block_q) {
@@ -109,21 +137,28 @@ __device__ __forceinline__ int bwd_steps_per_head(const BwdParams &p, int n_bloc
 }
 __device__ __forceinline__ BwdStep bwd_step(const BwdParams &p, int kv_head, int n_block, int block_q, int it) {
     const int per_head = bwd_steps_per_head(p, n_block, block_q), tau = it % per_head;
-    int m = bwd_diagonal(n_block, block_q) + tau;
-    if (m >= p.n_q_blocks) m -= p.n_q_blocks;
-    return BwdStep{kv_head * p.group + it / per_head, m, tau};
+    return BwdStep{kv_head * p.group + it / per_head,
+                   p.time_order ? bwd_diagonal(n_block, block_q) + tau : p.n_q_blocks - 1 - tau};
+}
+/* Key blocks that add to query block m before key block n. */
+__device__ __forceinline__ int bwd_dq_rank(const BwdParams &p, int n_block, int m, int block_q) {
+    return p.time_order ? m / (kBwdBlockK / block_q) - n_block : n_block;
 }
 
 } /* namespace bfp8_attn */
 
-/* Host side (attention_host.cu, attention_fwd.cu, attention_bwd.cu). */
+/* Host side (attention_host.cu, attention_fwd.cu, attention_bwd.cu); also
+ * what the trainer's CUDA attention (src/model/cuda/flash_attention.cu) calls. */
 /* A 4-D tensor map over a token-major bf16 tensor: (d, head, token, sequence),
  * boxes of 64 x 1 x box_rows x 1, 128-byte swizzle. */
 bfp8_status bfp8_attention_tensor_map(CUtensorMap *map, const uint16_t *base, int64_t head_dim, int64_t heads,
                                       int64_t seq, int64_t batch, int64_t row_stride, int box_rows, const char *what);
-bfp8_status bfp8_attention_forward_launch(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
-                                          const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse, int variant);
-bfp8_status bfp8_attention_backward_launch(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+/* The kernels of a resolved, valid desc on `stream`; num_sms: the device's
+ * multiprocessors (the forward's persistent grid). */
+bfp8_status bfp8_attention_forward_launch(cudaStream_t stream, int num_sms, const bfp8_attention_desc *desc,
+                                          const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o,
+                                          float *lse, int variant);
+bfp8_status bfp8_attention_backward_launch(cudaStream_t stream, const bfp8_attention_desc *desc, const uint16_t *q,
                                            const uint16_t *k, const uint16_t *v, const uint16_t *o,
                                            const uint16_t *d_o, const float *lse, uint16_t *dq, uint16_t *dk,
-                                           uint16_t *dv, void *workspace);
+                                           uint16_t *dv, void *workspace, int variant);

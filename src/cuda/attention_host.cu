@@ -34,8 +34,9 @@ bfp8_status bfp8_attention_tensor_map(CUtensorMap *map, const uint16_t *base, in
                               box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled(%s: %lld x %lld x %lld x %lld, row stride %lld) failed: %d",
-                         what, (long long)batch, (long long)seq, (long long)heads, (long long)head_dim,
+        return bfp8_fail(BFP8_ERR_CUDA,
+                         "cuTensorMapEncodeTiled(%s: %lld x %lld x %lld x %lld, row stride %lld) failed: %d", what,
+                         (long long)batch, (long long)seq, (long long)heads, (long long)head_dim,
                          (long long)row_stride, (int)r);
     return BFP8_OK;
 }
@@ -43,7 +44,8 @@ bfp8_status bfp8_attention_tensor_map(CUtensorMap *map, const uint16_t *base, in
 bfp8_status bfp8_cuda_attention_forward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
                                         const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse) {
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
-    return bfp8_attention_forward_launch(ctx, desc, q, k, v, o, lse, bfp8_attn::kFwdDefault);
+    return bfp8_attention_forward_launch(bfp8_stream_of(ctx), bfp8_cuda_state_of(ctx)->num_sms, desc, q, k, v, o,
+                                         lse, bfp8_attn::kFwdDefault);
 }
 
 bfp8_status bfp8_cuda_attention_backward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
@@ -52,7 +54,20 @@ bfp8_status bfp8_cuda_attention_backward(bfp8_context *ctx, const bfp8_attention
                                          uint16_t *dv, void *workspace, size_t workspace_bytes) {
     (void)workspace_bytes; /* checked against bfp8_cuda_attention_backward_workspace_size */
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
-    return bfp8_attention_backward_launch(ctx, desc, q, k, v, o, d_o, lse, dq, dk, dv, workspace);
+    return bfp8_attention_backward_launch(bfp8_stream_of(ctx), desc, q, k, v, o, d_o, lse, dq, dk, dv, workspace,
+                                          bfp8_attn::kBwdDefault);
+}
+
+bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
+                                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                 const uint16_t *o, const uint16_t *d_o, const float *lse,
+                                                 uint16_t *dq, uint16_t *dk, uint16_t *dv, void *workspace,
+                                                 int variant) {
+    if (variant < 0 || variant >= bfp8_attn::kBwdVariants)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "attention backward variant %d does not exist", variant);
+    BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
+    return bfp8_attention_backward_launch(bfp8_stream_of(ctx), desc, q, k, v, o, d_o, lse, dq, dk, dv, workspace,
+                                          variant);
 }
 
 bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
@@ -61,5 +76,6 @@ bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_at
     if (variant < 0 || variant >= bfp8_attn::kFwdVariants)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "attention forward variant %d does not exist", variant);
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
-    return bfp8_attention_forward_launch(ctx, desc, q, k, v, o, lse, variant);
+    return bfp8_attention_forward_launch(bfp8_stream_of(ctx), bfp8_cuda_state_of(ctx)->num_sms, desc, q, k, v, o,
+                                         lse, variant);
 }

@@ -1,6 +1,6 @@
 /*
  * attention_ptx.cuh - the sm_90a instructions the attention kernels use
- * beyond those of hopper.cuh: 4-D tensor loads, 1-D bulk copies and bulk
+ * beyond those of hopper.cuh: 4-D tensor loads, 1-D bulk stores and bulk
  * reductions, named-barrier arrive, ex2, and bf16 warpgroup MMAs (both
  * operands in shared memory, or A in registers) with the transpose bits.
  * Each wrapper is one PTX instruction. Written from the PTX ISA (8.x).
@@ -25,14 +25,6 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
         : "memory");
 }
 
-/* `bytes` (a multiple of 16) from global src to shared dst, both 16-byte aligned, counted on `bar`. */
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_u32(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
-                 : "memory");
-}
-
 /* dst[i] += src[i] (f32, in L2) for `bytes` / 4 elements, or dst = src: shared to global, one bulk group. */
 __device__ __forceinline__ void bulk_reduce_add_f32(float *dst, const void *src, uint32_t bytes) {
     asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
@@ -53,6 +45,14 @@ __device__ __forceinline__ void fence_proxy_async_global() {
 /* Arrive at named barrier `id` (1..15) without waiting; `threads` as in its bar.sync. */
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* blockIdx.x, read from the special register here: the compiler cannot keep an
+ * earlier read (or what it computed from it) live across setmaxnreg. */
+__device__ __forceinline__ int block_index_read() {
+    int b;
+    asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(b));
+    return b;
 }
 
 /* 2^x, approximate (2 ulp), subnormal results flushed; 2^-inf = 0. */
