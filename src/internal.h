@@ -136,16 +136,10 @@ bfp8_status bfp8_cuda_attention_backward(bfp8_context *ctx, const bfp8_attention
                                          uint16_t *dv, void *workspace, size_t workspace_bytes);
 /* Workspace bytes of the CUDA backward (a resolved desc); the CPU needs none. */
 size_t bfp8_cuda_attention_backward_workspace_size(const bfp8_attention_desc *desc);
-/* The CUDA forward with a chosen kernel variant, for bench/attention to compare
- * them (0: the default; 1: every key block multiplied whole, also those whose
- * last 64 keys no query of a warpgroup sees);
- * desc resolved, arguments unchecked. */
-bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
-                                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                                uint16_t *o, float *lse, int variant);
-/* The same for the backward (0: the default; 1: causal attention in the
- * non-causal order, see attention_common.cuh); workspace as sized by
- * bfp8_cuda_attention_backward_workspace_size. */
+/* The CUDA backward with a chosen kernel variant, for bench/attention to
+ * compare them (0: the default, 1: causal attention in the time order, see
+ * src/cuda/attention_common.cuh); desc resolved, arguments unchecked,
+ * workspace as sized by bfp8_cuda_attention_backward_workspace_size. */
 bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
                                                  const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                                  const uint16_t *o, const uint16_t *d_o, const float *lse,

@@ -10,9 +10,11 @@ library takes); torch gets the [B, H, T, D] views of the same memory. FLOPs
 are counted as FlashAttention counts them: forward 4 B H T^2 D (halved when
 causal), backward 2.5 times that. Each figure is the median of --reps timed
 calls after warm-up; "ours/cudnn" > 1 means ours is faster. Our backward
-includes its prepare and finish launches; "det" is the default
-(deterministic) backward, "nondet" the opt-in one. Before timing, each
-shape's outputs are compared with cuDNN's (max |difference| / max |cuDNN|).
+includes its prepare and finish launches; "ours" is the default
+(deterministic) backward, "nondet" the opt-in nondeterministic one, "time
+order" (causal) the backward's other variant (src/cuda/attention_common.cuh).
+Before timing, each shape's outputs are compared with cuDNN's (max
+|difference| / max |cuDNN|).
 """
 import argparse
 import ctypes
@@ -44,9 +46,8 @@ def load_library():
     lib.bfp8_attention_forward.argtypes = [vp, ctypes.POINTER(Desc), vp, vp, vp, vp, vp]
     lib.bfp8_attention_backward_workspace_size.argtypes = [vp, ctypes.POINTER(Desc), ctypes.POINTER(ctypes.c_size_t)]
     lib.bfp8_attention_backward.argtypes = [vp, ctypes.POINTER(Desc)] + [vp] * 10 + [ctypes.c_size_t]
-    has_variant = hasattr(lib, "bfp8_cuda_attention_forward_variant")
+    has_variant = hasattr(lib, "bfp8_cuda_attention_backward_variant")
     if has_variant:
-        lib.bfp8_cuda_attention_forward_variant.argtypes = [vp, ctypes.POINTER(Desc), vp, vp, vp, vp, vp, ctypes.c_int]
         lib.bfp8_cuda_attention_backward_variant.argtypes = [vp, ctypes.POINTER(Desc)] + [vp] * 10 + [ctypes.c_int]
     del i64
     return lib, has_variant
@@ -96,10 +97,6 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
                 o_row_stride=H * D, do_row_stride=H * D, dq_row_stride=H * D, dk_row_stride=H * D,
                 dv_row_stride=H * D)
 
-    def ours_fwd_variant(variant):
-        return lambda: check(lib, lib.bfp8_cuda_attention_forward_variant(
-            ctx, ctypes.byref(full), p(q), p(k), p(v), p(o), p(lse), variant), "forward variant")
-
     def ours_bwd_variant(variant):
         return lambda: check(lib, lib.bfp8_cuda_attention_backward_variant(
             ctx, ctypes.byref(full), p(q), p(k), p(v), p(o), p(d_o), p(lse), p(dq), p(dk), p(dv), p(ws), variant),
@@ -140,12 +137,10 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
         errs.append(((mine.float() - theirs.float()).abs().max() / theirs.float().abs().max()).item())
     res = {}
     res["ours_fwd"] = time_ms(ours_fwd, reps)
-    if has_variant:
-        res["ours_fwd_whole"] = time_ms(ours_fwd_variant(1), reps)
     res["ours_bwd"] = time_ms(lambda: ours_bwd(0), reps)
     res["ours_bwd_nondet"] = time_ms(lambda: ours_bwd(1), reps)
-    if has_variant:
-        res["ours_bwd_keyorder"] = time_ms(ours_bwd_variant(1), reps)
+    if has_variant and causal:
+        res["ours_bwd_timeorder"] = time_ms(ours_bwd_variant(1), reps)
     res["cudnn_fwd"] = time_ms(fwd_c, reps)
     res["cudnn_bwd"] = time_ms(bwd_c, reps)
     del ref_c
@@ -156,13 +151,11 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
     msg = (f"{line}  fwd: ours {tf(res['ours_fwd']):6.1f} cudnn {tf(res['cudnn_fwd']):6.1f} "
            f"flash {tf(res['flash_fwd']):6.1f} TFLOP/s  ours/cudnn {res['cudnn_fwd'] / res['ours_fwd']:.3f}"
            f"  ours/flash {res['flash_fwd'] / res['ours_fwd']:.3f}")
-    if has_variant:
-        msg += f"  (whole blocks {tf(res['ours_fwd_whole']):6.1f})"
-    keyo = f", key block order {tf(res['ours_bwd_keyorder'], 2.5):6.1f}" if has_variant and causal else ""
+    timeo = f", time order {tf(res['ours_bwd_timeorder'], 2.5):6.1f}" if has_variant and causal else ""
     msg += (f"\n{line}  bwd: ours {tf(res['ours_bwd'], 2.5):6.1f} cudnn {tf(res['cudnn_bwd'], 2.5):6.1f} "
             f"flash {tf(res['flash_bwd'], 2.5):6.1f} TFLOP/s  ours/cudnn {res['cudnn_bwd'] / res['ours_bwd']:.3f}"
             f"  ours/flash {res['flash_bwd'] / res['ours_bwd']:.3f}  (nondet {tf(res['ours_bwd_nondet'], 2.5):6.1f}"
-            f"{keyo})"
+            f"{timeo})"
             f"\n{line}  vs cudnn: o {errs[0]:.1e} dq {errs[1]:.1e} dk {errs[2]:.1e} dv {errs[3]:.1e}"
             f"  (ms: fwd {res['ours_fwd']:.3f} / {res['cudnn_fwd']:.3f}, bwd {res['ours_bwd']:.3f} / "
             f"{res['cudnn_bwd']:.3f})")

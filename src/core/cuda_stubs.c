@@ -83,12 +83,6 @@ size_t bfp8_cuda_attention_backward_workspace_size(const bfp8_attention_desc *de
     (void)desc;
     return 0;
 }
-bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
-                                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                                uint16_t *o, float *lse, int variant) {
-    (void)ctx; (void)desc; (void)q; (void)k; (void)v; (void)o; (void)lse; (void)variant;
-    return no_cuda();
-}
 bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
                                                  const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                                  const uint16_t *o, const uint16_t *d_o, const float *lse,

@@ -53,11 +53,6 @@ struct FwdParams {
     int causal;
 };
 
-/* Forward kernel variants (bench/attention times them; the library runs
- * kFwdDefault): blocks of keys no row sees half-multiplied, or not. */
-enum FwdVariant { kFwdHalfDiagonal = 0, kFwdWholeBlocks = 1, kFwdVariants = 2 };
-constexpr int kFwdDefault = kFwdHalfDiagonal;
-
 /* Unit u of the forward's order -> query tile and (sequence, head): sections
  * of `section` (sequence, head) pairs, each with its tiles longest first
  * (causal) and the pairs of a tile together, so K and V of a section stay
@@ -78,9 +73,9 @@ __device__ __forceinline__ FwdUnit fwd_unit(const FwdParams &p, int u) {
 
 constexpr int kBwdBlockK = 128; /* keys per CTA: 64 per math warpgroup */
 /* Backward variants (bench/attention times them; the library runs kBwdDefault):
- * the order of bwd_unit, or for causal attention the non-causal order. */
-enum BwdVariant { kBwdTimeOrder = 0, kBwdKeyOrder = 1, kBwdVariants = 2 };
-constexpr int kBwdDefault = kBwdTimeOrder;
+ * the key block order of bwd_unit, or for causal attention its time order. */
+enum BwdVariant { kBwdKeyOrder = 0, kBwdTimeOrder = 1, kBwdVariants = 2 };
+constexpr int kBwdDefault = kBwdKeyOrder;
 template <int D> struct BwdBlock {
     static constexpr int Q = D == 128 ? 64 : 128; /* queries per step */
 };
@@ -100,23 +95,23 @@ struct BwdParams {
     float scale_log2, scale;
     int causal;
     int deterministic;
-    int time_order; /* causal attention's order (see bwd_unit) */
+    int time_order; /* causal attention in the time order (see bwd_unit) */
 };
 
 /* The backward's order. Key blocks of a (sequence, key head) pair add their
  * dQ terms to a query block in a fixed order (deterministic sums), and a key
  * block only ever waits for ones launched before it, so no wait can be on a
  * CTA that has not started:
- *   causal: the key blocks from the last one down (the shortest first), each
- *     visiting its query blocks from its diagonal up; a query block gets the
- *     highest key block's terms first: each key block reaches it after the
- *     ones above it (they started earlier and have fewer blocks before it),
- *     and the key blocks of a pair work on different query blocks at any time;
- *   otherwise: the key blocks from 0 up, each visiting the query blocks from
- *     the last down, adding in key block order.
+ *   key block order (the default): the key blocks from 0 up (causal: the
+ *     longest first), each visiting its query blocks from the last one down
+ *     to its diagonal (or to 0), adding in key block order: a key block
+ *     reaches a query block after the lower ones, started earlier, left it;
+ *   time order (kBwdTimeOrder, causal only): the key blocks from the last one
+ *     down, each visiting its query blocks from the diagonal up; a query block
+ *     gets the highest key block's terms first, and the key blocks of a pair
+ *     work on different query blocks at any time.
  * CTAs go in sections of `section` pairs (their Q and dO stay in L2 while the
- * section runs), the pairs fastest. BWD_KEY_ORDER (a kernel variant, causal
- * only): the non-causal order for causal attention too. */
+ * section runs), the pairs fastest. */
 struct BwdUnit {
     int n_block, bhk;
 };
@@ -157,7 +152,7 @@ bfp8_status bfp8_attention_tensor_map(CUtensorMap *map, const uint16_t *base, in
  * multiprocessors (the forward's persistent grid). */
 bfp8_status bfp8_attention_forward_launch(cudaStream_t stream, int num_sms, const bfp8_attention_desc *desc,
                                           const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o,
-                                          float *lse, int variant);
+                                          float *lse);
 bfp8_status bfp8_attention_backward_launch(cudaStream_t stream, const bfp8_attention_desc *desc, const uint16_t *q,
                                            const uint16_t *k, const uint16_t *v, const uint16_t *o,
                                            const uint16_t *d_o, const float *lse, uint16_t *dq, uint16_t *dk,

@@ -20,10 +20,8 @@
  *     the tensor core, and O is rescaled after it; the two warpgroups take
  *     turns to issue their products (named barriers), so one warpgroup's
  *     softmax also overlaps the other's products.
- *   - causal: only the key blocks up to the diagonal are visited, only the
- *     blocks that cross it (or the end of the sequence) are masked, and a
- *     warpgroup multiplies just the first 64 keys of a block whose last 64 it
- *     cannot see.
+ *   - causal: only the key blocks up to the diagonal are visited, and only
+ *     the blocks that cross it (or the end of the sequence) are masked.
  * O leaves from registers (bf16, rows past seq not written), LSE in natural
  * log units: scale * max + log(sum).
  */
@@ -45,6 +43,7 @@ template <int D, int BN, int STAGES> struct FwdShape {
     static constexpr int V_OFF = K_OFF + STAGES * KV_BYTES;
     static constexpr int BAR_OFF = V_OFF + STAGES * KV_BYTES;
     static constexpr int SMEM = BAR_OFF + 8 * (2 + 4 * STAGES) + 1024; /* + alignment slack */
+    static_assert(SMEM <= 227 * 1024, "shared memory");
 };
 
 __device__ __forceinline__ float quad_max(float x) {
@@ -65,10 +64,7 @@ template <int N> __device__ __forceinline__ void fence_regs(uint32_t (&d)[N]) {
     for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
-/* HALF_DIAGONAL: a block whose upper 64 keys no row of the warpgroup sees
- * (causal, at or past its first row; or past the sequence) is multiplied as
- * a 64-key block; the keys left out would have added exact zeros. */
-template <int D, int BN, int STAGES, bool HALF_DIAGONAL>
+template <int D, int BN, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) attention_fwd_kernel(const __grid_constant__ FwdParams p) {
     using S = FwdShape<D, BN, STAGES>;
     constexpr int BM = S::BM;
@@ -143,41 +139,28 @@ __global__ void __launch_bounds__(kThreads, 1) attention_fwd_kernel(const __grid
     int kv = 0;             /* ring position of the tile's block 0 */
     bool first_round = true; /* of the whole run: ping-pong starts with warpgroup 0 */
 
-    auto issue_s = [&](int g, bool half) { /* s = Q K^T of ring block g (half: its first 64 keys) */
+    auto issue_s = [&](int g) { /* s = Q K^T of ring block g */
         const uint8_t *kt = sk + (g % STAGES) * S::KV_BYTES;
         fence_regs(s);
         wgmma_fence();
-        if (HALF_DIAGONAL && half) {
-            float(&s_half)[32] = *reinterpret_cast<float(*)[32]>(s);
 #pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                const int off = (kk % 4) * 32;
-                wgmma_ss<0, 0>(s_half, desc_sw128(q_rows + (kk / 4) * BM * 128 + off),
-                               desc_sw128(kt + (kk / 4) * BN * 128 + off), kk > 0);
-            }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < D / 16; ++kk) {
-                const int off = (kk % 4) * 32; /* 16 bf16 along the 128-byte row */
-                wgmma_ss<0, 0>(s, desc_sw128(q_rows + (kk / 4) * BM * 128 + off),
-                               desc_sw128(kt + (kk / 4) * BN * 128 + off), kk > 0);
-            }
+        for (int kk = 0; kk < D / 16; ++kk) {
+            const int off = (kk % 4) * 32; /* 16 bf16 along the 128-byte row */
+            wgmma_ss<0, 0>(s, desc_sw128(q_rows + (kk / 4) * BM * 128 + off),
+                           desc_sw128(kt + (kk / 4) * BN * 128 + off), kk > 0);
         }
         wgmma_commit();
         fence_regs(s);
     };
-    auto issue_pv = [&](int g, bool half) { /* o += P V of ring block g (half: its first 64 keys) */
+    auto issue_pv = [&](int g) { /* o += P V of ring block g */
         const uint8_t *vt = sv + (g % STAGES) * S::KV_BYTES;
         fence_regs(o);
         fence_regs(pa);
         wgmma_fence();
-        const int steps = HALF_DIAGONAL && half ? 4 : BN / 16;
 #pragma unroll
         for (int kk = 0; kk < BN / 16; ++kk) {
-            if (kk < steps) {
-                const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
-                wgmma_rs<1>(o, a, desc_sw128(vt + kk * 16 * 128, BN * 128), 1);
-            }
+            const uint32_t a[4] = {pa[4 * kk], pa[4 * kk + 1], pa[4 * kk + 2], pa[4 * kk + 3]};
+            wgmma_rs<1>(o, a, desc_sw128(vt + kk * 16 * 128, BN * 128), 1);
         }
         wgmma_commit();
         fence_regs(o);
@@ -208,7 +191,6 @@ __global__ void __launch_bounds__(kThreads, 1) attention_fwd_kernel(const __grid
         const bool last_tile = u + (int)gridDim.x >= units;
         const int row0 = q0 + 64 * w + 16 * warp + lane / 4; /* this thread's rows: row0, row0 + 8 */
         const int first_row = q0 + 64 * w;
-        auto half = [&](int j) { return (p.causal && j * BN >= first_row) || j * BN + 64 >= p.seq; };
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
         m[0] = m[1] = -INFINITY;
@@ -272,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_fwd_kernel(const __grid
         /* round 0: S(0) alone */
         wait_full(k_full, kv);
         my_turn();
-        issue_s(kv, half(0));
+        issue_s(kv);
         your_turn(false);
         wgmma_wait<0>();
         fence_regs(s);
@@ -285,8 +267,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_fwd_kernel(const __grid
             wait_full(k_full, kv + j);
             wait_full(v_full, kv + j - 1);
             my_turn();
-            issue_s(kv + j, half(j));
-            issue_pv(kv + j - 1, half(j - 1));
+            issue_s(kv + j);
+            issue_pv(kv + j - 1);
             your_turn(false);
             wgmma_wait<1>();
             fence_regs(s);
@@ -302,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_fwd_kernel(const __grid
         /* round n: the last P V */
         wait_full(v_full, kv + n_blocks - 1);
         my_turn();
-        issue_pv(kv + n_blocks - 1, half(n_blocks - 1));
+        issue_pv(kv + n_blocks - 1);
         your_turn(last_tile);
         wgmma_wait<0>();
         fence_regs(o);
@@ -326,20 +308,13 @@ __global__ void __launch_bounds__(kThreads, 1) attention_fwd_kernel(const __grid
     }
 }
 
-template <int D, int BN, int STAGES, bool HALF_DIAGONAL>
-bfp8_status launch_fwd(const FwdParams &params, int ctas, cudaStream_t stream) {
-    auto kernel = attention_fwd_kernel<D, BN, STAGES, HALF_DIAGONAL>;
+template <int D, int BN, int STAGES> bfp8_status launch_fwd(const FwdParams &params, int ctas, cudaStream_t stream) {
+    auto kernel = attention_fwd_kernel<D, BN, STAGES>;
     constexpr int smem = FwdShape<D, BN, STAGES>::SMEM;
     BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     kernel<<<ctas, kThreads, smem, stream>>>(params);
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
-}
-
-template <int D> bfp8_status launch_fwd_variant(const FwdParams &params, int ctas, cudaStream_t stream, int variant) {
-    constexpr int BN = 128;
-    return variant == kFwdHalfDiagonal ? launch_fwd<D, BN, 2, true>(params, ctas, stream)
-                                       : launch_fwd<D, BN, 2, false>(params, ctas, stream);
 }
 
 } /* namespace bfp8_attn */
@@ -348,8 +323,8 @@ using namespace bfp8_attn;
 
 bfp8_status bfp8_attention_forward_launch(cudaStream_t stream, int num_sms, const bfp8_attention_desc *d,
                                           const uint16_t *q, const uint16_t *k, const uint16_t *v, uint16_t *o,
-                                          float *lse, int variant) {
-    constexpr int BN = 128;
+                                          float *lse) {
+    constexpr int BN = 128, STAGES = 2;
     const int64_t B = d->batch, T = d->seq, H = d->n_heads, Hk = d->n_kv_heads, D = d->head_dim;
     FwdParams p;
     memset(&p, 0, sizeof p);
@@ -375,6 +350,5 @@ bfp8_status bfp8_attention_forward_launch(cudaStream_t stream, int num_sms, cons
     const int64_t units = (int64_t)p.n_q_tiles * p.bh_count;
     if (units > INT32_MAX) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_attention_forward: too many tiles");
     const int ctas = (int)(units < num_sms ? units : num_sms);
-    return D == 64 ? launch_fwd_variant<64>(p, ctas, stream, variant)
-                   : launch_fwd_variant<128>(p, ctas, stream, variant);
+    return D == 64 ? launch_fwd<64, BN, STAGES>(p, ctas, stream) : launch_fwd<128, BN, STAGES>(p, ctas, stream);
 }

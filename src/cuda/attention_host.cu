@@ -45,7 +45,7 @@ bfp8_status bfp8_cuda_attention_forward(bfp8_context *ctx, const bfp8_attention_
                                         const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse) {
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
     return bfp8_attention_forward_launch(bfp8_stream_of(ctx), bfp8_cuda_state_of(ctx)->num_sms, desc, q, k, v, o,
-                                         lse, bfp8_attn::kFwdDefault);
+                                         lse);
 }
 
 bfp8_status bfp8_cuda_attention_backward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
@@ -68,14 +68,4 @@ bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_a
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
     return bfp8_attention_backward_launch(bfp8_stream_of(ctx), desc, q, k, v, o, d_o, lse, dq, dk, dv, workspace,
                                           variant);
-}
-
-bfp8_status bfp8_cuda_attention_forward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
-                                                const uint16_t *q, const uint16_t *k, const uint16_t *v,
-                                                uint16_t *o, float *lse, int variant) {
-    if (variant < 0 || variant >= bfp8_attn::kFwdVariants)
-        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "attention forward variant %d does not exist", variant);
-    BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
-    return bfp8_attention_forward_launch(bfp8_stream_of(ctx), bfp8_cuda_state_of(ctx)->num_sms, desc, q, k, v, o,
-                                         lse, variant);
 }

@@ -85,7 +85,7 @@ __device__ __forceinline__ uint64_t desc_sw128(const void *tile, uint32_t mn_str
 }
 
 /* ------------------------------------------------------------------------ */
-/* bf16 warpgroup MMA: d holds 32 (N = 64) or 64 (N = 128) f32 per thread,  */
+/* bf16 warpgroup MMA: d holds N / 2 f32 per thread (N = 64 or 128),        */
 /* thread (warp w, lane l) holding rows 16 w + l / 4 (+ 8), column pairs     */
 /* 8 j + 2 (l % 4): d[4 j], d[4 j + 1] of row 16 w + l / 4, d[4 j + 2],      */
 /* d[4 j + 3] of the row 8 below.                                            */

@@ -123,8 +123,9 @@ bfp8_status bfp8_attention_backward(bfp8_context *ctx, const bfp8_attention_desc
     BFP8_TRY(check_tensor(ctx, dv, 16, "dv", fn));
     const size_t need = is_cuda(ctx) ? bfp8_cuda_attention_backward_workspace_size(&d) : 0;
     if (workspace_bytes < need)
-        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: workspace_bytes %zu < %zu (bfp8_attention_backward_workspace_size)",
-                         fn, workspace_bytes, need);
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                         "%s: workspace_bytes %zu < %zu (bfp8_attention_backward_workspace_size)", fn,
+                         workspace_bytes, need);
     if (need > 0) BFP8_TRY(check_tensor(ctx, workspace, 256, "workspace", fn));
     return is_cuda(ctx) ? bfp8_cuda_attention_backward(ctx, &d, q, k, v, o, d_o, lse, dq, dk, dv, workspace,
                                                        workspace_bytes)

@@ -127,7 +127,7 @@ int flash_attention_forward(float *out, float *probs, float *scratch, const floa
     uint16_t *o16 = o_copy(probs, d);
     to_bf16(sp.qkv16, qkv, tokens * 3 * dim, "flash attention: qkv to bf16");
     failed_op(bfp8_attention_forward_launch(stream(), num_sms(), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim,
-                                            o16, probs, bfp8_attn::kFwdDefault),
+                                            o16, probs),
               "flash attention forward");
     to_f32(out, o16, tokens * dim, "flash attention: out to f32");
     return 1;
