@@ -380,8 +380,8 @@ bfp8_status bfp8_linear_backward_f32(bfp8_linear *lin, const float *dy, float *d
  * 0..t. Any seq >= 1; head_dim 64 or 128.
  *
  * The backward is deterministic: the same inputs give the same bits, run
- * after run. On CUDA, dQ is summed over key blocks in fp32 in a workspace, in
- * a fixed order; nondeterministic = 1 lets those sums land in any order.
+ * after run (on CUDA, dQ is summed over key blocks in fp32 in a workspace, in
+ * a fixed order; letting those sums land in any order measured no faster).
  */
 typedef struct bfp8_attention_desc {
     int64_t batch;       /* B >= 1 */
@@ -393,7 +393,6 @@ typedef struct bfp8_attention_desc {
     float softmax_scale; /* > 0, or 0 for 1 / sqrt(head_dim) */
     int64_t q_row_stride, k_row_stride, v_row_stride, o_row_stride;    /* 0: dense */
     int64_t do_row_stride, dq_row_stride, dk_row_stride, dv_row_stride; /* 0: dense */
-    int nondeterministic; /* backward: 0 (default) fixed summation order, 1 any order */
 } bfp8_attention_desc;
 
 /* o (bf16) and lse (fp32) from q, k, v. */

@@ -10,9 +10,8 @@ library takes); torch gets the [B, H, T, D] views of the same memory. FLOPs
 are counted as FlashAttention counts them: forward 4 B H T^2 D (halved when
 causal), backward 2.5 times that. Each figure is the median of --reps timed
 calls after warm-up; "ours/cudnn" > 1 means ours is faster. Our backward
-includes its prepare and finish launches; "ours" is the default
-(deterministic) backward, "nondet" the opt-in nondeterministic one, "time
-order" (causal) the backward's other variant (src/cuda/attention_common.cuh).
+includes its prepare and finish launches (it is deterministic); "time order"
+(causal) is the backward's other variant (src/cuda/attention_common.cuh).
 Before timing, each shape's outputs are compared with cuDNN's (max
 |difference| / max |cuDNN|).
 """
@@ -33,7 +32,7 @@ class Desc(ctypes.Structure):
                 ("k_row_stride", ctypes.c_int64), ("v_row_stride", ctypes.c_int64),
                 ("o_row_stride", ctypes.c_int64), ("do_row_stride", ctypes.c_int64),
                 ("dq_row_stride", ctypes.c_int64), ("dk_row_stride", ctypes.c_int64),
-                ("dv_row_stride", ctypes.c_int64), ("nondeterministic", ctypes.c_int)]
+                ("dv_row_stride", ctypes.c_int64)]
 
 
 def load_library():
@@ -102,11 +101,9 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
             ctx, ctypes.byref(full), p(q), p(k), p(v), p(o), p(d_o), p(lse), p(dq), p(dk), p(dv), p(ws), variant),
             "backward variant")
 
-    def ours_bwd(nondet):
-        desc.nondeterministic = nondet
+    def ours_bwd():
         check(lib, lib.bfp8_attention_backward(ctx, ctypes.byref(desc), p(q), p(k), p(v), p(o), p(d_o), p(lse),
                                                p(dq), p(dk), p(dv), p(ws), size.value), "backward")
-        desc.nondeterministic = 0
 
     qt, kt, vt, dot = (x.transpose(1, 2) for x in (q, k, v, d_o))
     qg, kg, vg = (x.detach().requires_grad_() for x in (qt, kt, vt))
@@ -129,7 +126,7 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
     # correctness against cuDNN on this shape
     ref_c, fwd_c, bwd_c = torch_pair(SDPBackend.CUDNN_ATTENTION)
     ours_fwd()
-    ours_bwd(0)
+    ours_bwd()
     g = torch.autograd.grad(ref_c, (qg, kg, vg), dot, retain_graph=True)
     errs = []
     for mine, theirs in ((o, ref_c.transpose(1, 2)), (dq, g[0].transpose(1, 2)), (dk, g[1].transpose(1, 2)),
@@ -137,8 +134,7 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
         errs.append(((mine.float() - theirs.float()).abs().max() / theirs.float().abs().max()).item())
     res = {}
     res["ours_fwd"] = time_ms(ours_fwd, reps)
-    res["ours_bwd"] = time_ms(lambda: ours_bwd(0), reps)
-    res["ours_bwd_nondet"] = time_ms(lambda: ours_bwd(1), reps)
+    res["ours_bwd"] = time_ms(ours_bwd, reps)
     if has_variant and causal:
         res["ours_bwd_timeorder"] = time_ms(ours_bwd_variant(1), reps)
     res["cudnn_fwd"] = time_ms(fwd_c, reps)
@@ -151,11 +147,11 @@ def run_shape(lib, ctx, has_variant, B, H, T, D, causal, reps, out):
     msg = (f"{line}  fwd: ours {tf(res['ours_fwd']):6.1f} cudnn {tf(res['cudnn_fwd']):6.1f} "
            f"flash {tf(res['flash_fwd']):6.1f} TFLOP/s  ours/cudnn {res['cudnn_fwd'] / res['ours_fwd']:.3f}"
            f"  ours/flash {res['flash_fwd'] / res['ours_fwd']:.3f}")
-    timeo = f", time order {tf(res['ours_bwd_timeorder'], 2.5):6.1f}" if has_variant and causal else ""
+    timeo = f"  (time order {tf(res['ours_bwd_timeorder'], 2.5):6.1f})" if has_variant and causal else ""
     msg += (f"\n{line}  bwd: ours {tf(res['ours_bwd'], 2.5):6.1f} cudnn {tf(res['cudnn_bwd'], 2.5):6.1f} "
             f"flash {tf(res['flash_bwd'], 2.5):6.1f} TFLOP/s  ours/cudnn {res['cudnn_bwd'] / res['ours_bwd']:.3f}"
-            f"  ours/flash {res['flash_bwd'] / res['ours_bwd']:.3f}  (nondet {tf(res['ours_bwd_nondet'], 2.5):6.1f}"
-            f"{timeo})"
+            f"  ours/flash {res['flash_bwd'] / res['ours_bwd']:.3f}"
+            f"{timeo}"
             f"\n{line}  vs cudnn: o {errs[0]:.1e} dq {errs[1]:.1e} dk {errs[2]:.1e} dv {errs[3]:.1e}"
             f"  (ms: fwd {res['ours_fwd']:.3f} / {res['cudnn_fwd']:.3f}, bwd {res['ours_bwd']:.3f} / "
             f"{res['cudnn_bwd']:.3f})")

@@ -4,15 +4,14 @@
  *
  *   prepare   per query row: lse2 = lse * log2(e) and delta = rowsum(dO * O)
  *             into the workspace, padded to whole query blocks (+inf and 0,
- *             so padded rows get P = 0); the dQ semaphores to 0 (and, for
- *             the nondeterministic mode, the dQ sums to 0)
+ *             so padded rows get P = 0); the dQ semaphores to 0
  *   main      a CTA per (128 keys, key/value head, sequence), dK and dV of its
  *             keys in registers for the whole run, in the order of bwd_unit:
  *               - warpgroup 0: warp 0 loads K and V once, then Q, dO, lse2,
  *                 delta of each query block in a 2-stage ring (TMA, bulk
  *                 copies); warp 1 adds each step's dQ into the workspace
  *                 (a bulk reduction from shared memory), in a fixed order
- *                 per query block when deterministic;
+ *                 per query block;
  *               - warpgroups 1, 2: 64 keys each. S^T = K Q^T and dP^T = V dO^T
  *                 (wgmma, shared operands), P^T = exp2(S^T scale_log2 - lse2),
  *                 dS^T = P^T (dP^T - delta); dV += P^T dO and dK += dS^T Q with
@@ -134,24 +133,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_bwd_kernel(const __grid
                 mbar_wait(dq_full, it & 1);
                 if (threadIdx.x == 32) {
                     const int rank = bwd_dq_rank(p, n_block, st.q_block, BM);
-                    if (p.deterministic) { /* wait for the key blocks before this one in the query block's order */
-                        while (ld_acquire_gpu(&p.dq_sems[qb]) != (unsigned)rank) {
-                        }
-                        fence_proxy_async_global();
+                    /* wait for the key blocks before this one in the query block's order */
+                    while (ld_acquire_gpu(&p.dq_sems[qb]) != (unsigned)rank) {
                     }
+                    fence_proxy_async_global();
                     float *dst = p.dq_accum + qb * (BM * D);
-                    if (p.deterministic && rank == 0)
+                    if (rank == 0)
                         bulk_store(dst, sdq, S::DQ_BYTES);
                     else
                         bulk_reduce_add_f32(dst, sdq, S::DQ_BYTES);
                     bulk_commit_group();
                     bulk_wait_read_all();
                     mbar_arrive_at(smem_u32(dq_empty));
-                    if (p.deterministic) {
-                        bulk_wait_all();
-                        fence_proxy_async_global();
-                        red_release_gpu_add(&p.dq_sems[qb], 1u);
-                    }
+                    bulk_wait_all();
+                    fence_proxy_async_global();
+                    red_release_gpu_add(&p.dq_sems[qb], 1u);
                 }
                 __syncwarp();
             }
@@ -313,10 +309,8 @@ struct PrepParams {
     const float *lse;
     float *lse2, *delta;
     unsigned *dq_sems;
-    float *dq_accum; /* zeroed when zero_accum (nondeterministic) */
-    int64_t o_row_stride, do_row_stride, accum_floats, sems;
+    int64_t o_row_stride, do_row_stride, sems;
     int seq, seq_pad, heads, head_dim, batch;
-    int zero_accum;
 };
 
 /* 8 threads per (sequence, head, padded row), 16-byte loads. */
@@ -349,9 +343,6 @@ __global__ void attention_bwd_prepare_kernel(const PrepParams p) {
     }
     const int64_t stride = (int64_t)gridDim.x * blockDim.x;
     for (int64_t i = gid; i < p.sems; i += stride) p.dq_sems[i] = 0u;
-    if (p.zero_accum)
-        for (int64_t i = gid; i < p.accum_floats / 4; i += stride)
-            reinterpret_cast<float4 *>(p.dq_accum)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
 struct FinishParams {
@@ -429,18 +420,16 @@ bfp8_status bfp8_attention_backward_launch(cudaStream_t stream, const bfp8_atten
     const int bq = D == 128 ? BwdBlock<128>::Q : BwdBlock<64>::Q;
     const BwdWorkspace ws = bwd_workspace(d);
     uint8_t *wsb = static_cast<uint8_t *>(workspace);
-    const int deterministic = !d->nondeterministic;
 
     PrepParams pp;
     pp.o = o, pp.d_o = d_o, pp.lse = lse;
     pp.lse2 = reinterpret_cast<float *>(wsb + ws.lse2_off);
     pp.delta = reinterpret_cast<float *>(wsb + ws.delta_off);
     pp.dq_sems = reinterpret_cast<unsigned *>(wsb + ws.sems_off);
-    pp.dq_accum = reinterpret_cast<float *>(wsb + ws.accum_off);
+    float *const dq_accum = reinterpret_cast<float *>(wsb + ws.accum_off);
     pp.o_row_stride = d->o_row_stride, pp.do_row_stride = d->do_row_stride;
-    pp.accum_floats = ws.rows * D, pp.sems = B * H * ws.n_q_blocks;
+    pp.sems = B * H * ws.n_q_blocks;
     pp.seq = (int)T, pp.seq_pad = (int)ws.seq_pad, pp.heads = (int)H, pp.head_dim = (int)D, pp.batch = (int)B;
-    pp.zero_accum = !deterministic;
     attention_bwd_prepare_kernel<<<(unsigned)((ws.rows * 8 + 255) / 256), 256, 0, stream>>>(pp);
     BFP8_CUDA_CHECK_LAUNCH();
 
@@ -452,14 +441,13 @@ bfp8_status bfp8_attention_backward_launch(cudaStream_t stream, const bfp8_atten
     BFP8_TRY(bfp8_attention_tensor_map(&p.v_map, v, D, Hk, T, B, d->v_row_stride, kBwdBlockK, "attention v"));
     p.dk = dk, p.dv = dv;
     p.dk_row_stride = d->dk_row_stride, p.dv_row_stride = d->dv_row_stride;
-    p.lse2 = pp.lse2, p.delta = pp.delta, p.dq_accum = pp.dq_accum, p.dq_sems = pp.dq_sems;
+    p.lse2 = pp.lse2, p.delta = pp.delta, p.dq_accum = dq_accum, p.dq_sems = pp.dq_sems;
     p.seq = (int)T, p.seq_pad = (int)ws.seq_pad, p.heads = (int)H, p.kv_heads = (int)Hk, p.group = (int)(H / Hk);
     p.n_q_blocks = (int)ws.n_q_blocks;
     p.n_k_blocks = (int)bfp8_cdiv(T, kBwdBlockK);
     p.scale = d->softmax_scale;
     p.scale_log2 = d->softmax_scale * kLog2e;
     p.causal = d->causal;
-    p.deterministic = deterministic;
     p.time_order = d->causal && variant == kBwdTimeOrder;
     p.bhk_count = (int)(B * Hk);
     /* Q and dO of a key head's queries: 4 group T D bytes; keep a section's in about 20 MB of L2 */
@@ -471,7 +459,7 @@ bfp8_status bfp8_attention_backward_launch(cudaStream_t stream, const bfp8_atten
     BFP8_TRY(D == 64 ? launch_bwd<64>(p, (int)ctas, stream) : launch_bwd<128>(p, (int)ctas, stream));
 
     FinishParams fp;
-    fp.dq_accum = pp.dq_accum, fp.dq = dq, fp.dq_row_stride = d->dq_row_stride;
+    fp.dq_accum = dq_accum, fp.dq = dq, fp.dq_row_stride = d->dq_row_stride;
     fp.seq = (int)T, fp.heads = (int)H, fp.head_dim = (int)D, fp.block_q = bq, fp.n_q_blocks = (int)ws.n_q_blocks;
     fp.pairs = ws.rows * D / 2;
     fp.scale = d->softmax_scale;

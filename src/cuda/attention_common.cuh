@@ -94,7 +94,6 @@ struct BwdParams {
     int section;   /* (sequence, key head) pairs per section of the CTA order */
     float scale_log2, scale;
     int causal;
-    int deterministic;
     int time_order; /* causal attention in the time order (see bwd_unit) */
 };
 

@@ -48,8 +48,6 @@ static bfp8_status resolve_desc(const bfp8_context *ctx, const bfp8_attention_de
     if (d.head_dim != 64 && d.head_dim != 128)
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: head_dim %lld (64 or 128)", fn, (long long)d.head_dim);
     if (d.causal != 0 && d.causal != 1) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: causal must be 0 or 1", fn);
-    if (d.nondeterministic != 0 && d.nondeterministic != 1)
-        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: nondeterministic must be 0 or 1", fn);
     if (!(d.softmax_scale >= 0.0f) || isinf(d.softmax_scale))
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: softmax_scale must be finite and >= 0", fn);
     if (d.softmax_scale == 0.0f) d.softmax_scale = 1.0f / sqrtf((float)d.head_dim);

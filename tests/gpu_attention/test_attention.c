@@ -3,8 +3,8 @@
  * reference of the same bf16 inputs (o, lse, dq, dk, dv), on ragged
  * sequence lengths, both head sizes, causal and not, grouped-query heads,
  * dense and fused (qkv in one buffer, padded) layouts; the CUDA backend also
- * against the CPU reference and against itself (bit-identical repeats,
- * deterministic backward), and the argument checks.
+ * against the CPU reference and against itself (bit-identical repeats:
+ * the backward is deterministic), and the argument checks.
  *
  *   test_attention --backend cpu [--quick]       the CPU reference (ctest: attention_cpu)
  *   test_attention --backend cuda                the kernels (ctest: gpu_attention; exit 77 without a GPU)
@@ -186,9 +186,8 @@ static bfp8_attention_desc resolved(const attn_case *c, bfp8_attention_desc d) {
 /* Forward and backward; bwd_variant >= 0: the CUDA backward's kernel variant
  * (bfp8_cuda_attention_backward_variant) instead of the public entry point. */
 static void run_backend(bfp8_context *ctx, const attn_case *c, const layout *l, const uint16_t *qkv, size_t qkv_n,
-                        const uint16_t *d_o, size_t o_n, int nondeterministic, int bwd_variant, run_out *out) {
-    bfp8_attention_desc d = desc_of(c, l);
-    d.nondeterministic = nondeterministic;
+                        const uint16_t *d_o, size_t o_n, int bwd_variant, run_out *out) {
+    const bfp8_attention_desc d = desc_of(c, l);
     const int64_t lse_n = c->batch * c->heads * c->seq;
     const size_t dqkv_n = (size_t)qkv_elems(c, l->dqkv_stride);
     uint16_t *poison_o = test_malloc(o_n * 2), *poison_dqkv = test_malloc(dqkv_n * 2);
@@ -355,9 +354,9 @@ static void run_case(bfp8_context *ctx, bfp8_context *cpu, const attn_case *c, i
         }
 
     run_out a = {0}, b = {0};
-    run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 0, -1, &a);
+    run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, -1, &a);
     if (g_sanitize && cpu) { /* the backward's other variant too, for the sanitizers */
-        run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 1, 1, &b);
+        run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 1, &b);
         free_run(&b);
     }
     if (!g_sanitize) {
@@ -370,18 +369,15 @@ static void run_case(bfp8_context *ctx, bfp8_context *cpu, const attn_case *c, i
         reference(c, 1.0 / sqrt((double)c->head_dim), qkv + l.q_off, qs, qkv + l.k_off, ks, qkv + l.v_off, ks, d_o,
                   l.o_stride, &ref);
         compare(bfp8_context_backend(ctx) == BFP8_BACKEND_CUDA ? "cuda" : "cpu", c, &l, &a, &ref, NULL);
-        if (cpu) { /* CUDA: against the CPU reference, bit-identical repeats, the nondeterministic mode */
-            run_backend(cpu, c, &l, qkv, qkv_n, d_o, o_n, 0, -1, &b);
+        if (cpu) { /* CUDA: against the CPU reference, bit-identical repeats, the backward's other variant */
+            run_backend(cpu, c, &l, qkv, qkv_n, d_o, o_n, -1, &b);
             compare("~cpu", c, &l, &a, NULL, &b);
             free_run(&b);
-            run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 0, -1, &b);
+            run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, -1, &b);
             CHECK(same_bits(&a, &b, (size_t)qkv_elems(c, l.dqkv_stride), o_n, lse_n), "case %d: a second run differs",
                   index);
             free_run(&b);
-            run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 1, -1, &b);
-            compare("nondt", c, &l, &b, &ref, NULL);
-            free_run(&b);
-            run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 0, 1, &b); /* the backward in the time order */
+            run_backend(ctx, c, &l, qkv, qkv_n, d_o, o_n, 1, &b); /* the backward in the time order */
             compare("timeo", c, &l, &b, &ref, NULL);
             free_run(&b);
         }
