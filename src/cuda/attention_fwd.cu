@@ -27,7 +27,6 @@
  */
 #include "cuda/attention_common.cuh"
 #include "cuda/attention_ptx.cuh"
-#include "cuda/tensor_map.cuh"
 
 namespace bfp8_attn {
 
