@@ -372,6 +372,64 @@ bfp8_status bfp8_linear_forward_f32(bfp8_linear *lin, const float *x, int64_t to
 bfp8_status bfp8_linear_backward_f32(bfp8_linear *lin, const float *dy, float *dx, float *dw,
                                      int accumulate);
 
+/* ------------------------------------------------------------------------ */
+/* Attention                                                                 */
+
+/*
+ * Multi-head scaled dot-product attention, causal or not, with grouped-query
+ * heads: O = softmax(scale . Q K^T) V per (sequence, head), bf16 in and out,
+ * fp32 accumulation and softmax.
+ *
+ * Layouts, token-major with a row stride per tensor (elements between the
+ * rows of two consecutive tokens), so a fused qkv buffer can be used in place:
+ *   q[b, t, h, d]  at q + (b * seq + t) * q_row_stride + h * head_dim + d
+ *   k, v           the same with n_kv_heads heads: query head h reads
+ *                  key/value head h / (n_heads / n_kv_heads)
+ *   o, d_o, dq     as q (o_row_stride, do_row_stride, dq_row_stride)
+ *   dk, dv         as k (dk_row_stride, dv_row_stride)
+ *   lse[b, h, t]   at lse + (b * n_heads + h) * seq + t, fp32: the natural
+ *                  log of each query row's softmax denominator,
+ *                  log(sum_s exp(scale * q.k_s)), what backward reads
+ * A row stride of 0 means dense (n_heads * head_dim, or n_kv_heads *
+ * head_dim for k, v, dk, dv); a given one must hold all heads of a row.
+ * Pointers are 16-byte aligned and row strides multiples of 8 (what the
+ * tensor-copy engine needs), on both backends. Causal: query t sees keys
+ * 0..t. Any seq >= 1; head_dim 64 or 128.
+ *
+ * The backward is deterministic: the same inputs give the same bits, run
+ * after run (on CUDA, dQ is summed over key blocks in fp32 in a workspace, in
+ * a fixed order; letting those sums land in any order measured no faster).
+ */
+typedef struct bfp8_attention_desc {
+    int64_t batch;       /* B >= 1 */
+    int64_t seq;         /* T >= 1: queries = keys per sequence */
+    int64_t n_heads;     /* H >= 1 query heads */
+    int64_t n_kv_heads;  /* key / value heads, divides n_heads; 0: n_heads */
+    int64_t head_dim;    /* 64 or 128 */
+    int causal;          /* 0 or 1 */
+    float softmax_scale; /* > 0, or 0 for 1 / sqrt(head_dim) */
+    int64_t q_row_stride, k_row_stride, v_row_stride, o_row_stride;    /* 0: dense */
+    int64_t do_row_stride, dq_row_stride, dk_row_stride, dv_row_stride; /* 0: dense */
+} bfp8_attention_desc;
+
+/* o (bf16) and lse (fp32) from q, k, v. */
+bfp8_status bfp8_attention_forward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                   const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse);
+
+/* Bytes of backend memory bfp8_attention_backward needs as its workspace
+ * for this desc on ctx's backend (0 on the CPU). */
+bfp8_status bfp8_attention_backward_workspace_size(const bfp8_context *ctx, const bfp8_attention_desc *desc,
+                                                   size_t *bytes);
+
+/* dq, dk, dv (bf16) from the forward's q, k, v, o, lse and the gradient
+ * d_o of o. workspace: at least bfp8_attention_backward_workspace_size
+ * bytes of backend memory, 256-byte aligned (NULL when that is 0); its
+ * contents need no initialisation and are left undefined. */
+bfp8_status bfp8_attention_backward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                    const uint16_t *k, const uint16_t *v, const uint16_t *o, const uint16_t *d_o,
+                                    const float *lse, uint16_t *dq, uint16_t *dk, uint16_t *dv, void *workspace,
+                                    size_t workspace_bytes);
+
 #ifdef __cplusplus
 }
 #endif

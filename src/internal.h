@@ -121,6 +121,33 @@ bfp8_status bfp8_cuda_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_t
                             bfp8_matrix *d);
 
 
+/* Attention (src/ops/attention_ops.c validates; src/cpu/attention_cpu.c,
+ * src/cuda/attention_*.cu). The desc the backends get has every default
+ * resolved: n_kv_heads, softmax_scale and all eight row strides are set. */
+bfp8_status bfp8_cpu_attention_forward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                       const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse);
+bfp8_status bfp8_cpu_attention_backward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                        const uint16_t *k, const uint16_t *v, const uint16_t *o,
+                                        const uint16_t *d_o, const float *lse, uint16_t *dq, uint16_t *dk,
+                                        uint16_t *dv, void *workspace, size_t workspace_bytes);
+bfp8_status bfp8_cuda_attention_forward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                        const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse);
+bfp8_status bfp8_cuda_attention_backward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                         const uint16_t *k, const uint16_t *v, const uint16_t *o,
+                                         const uint16_t *d_o, const float *lse, uint16_t *dq, uint16_t *dk,
+                                         uint16_t *dv, void *workspace, size_t workspace_bytes);
+/* Workspace bytes of the CUDA backward (a resolved desc); the CPU needs none. */
+size_t bfp8_cuda_attention_backward_workspace_size(const bfp8_attention_desc *desc);
+/* The CUDA backward with a chosen kernel variant, for bench/attention to
+ * compare them (0: the default, 1: causal attention in the time order, see
+ * src/cuda/attention_common.cuh); desc resolved, arguments unchecked,
+ * workspace as sized by bfp8_cuda_attention_backward_workspace_size. */
+bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
+                                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                 const uint16_t *o, const uint16_t *d_o, const float *lse,
+                                                 uint16_t *dq, uint16_t *dk, uint16_t *dv, void *workspace,
+                                                 int variant);
+
 #ifdef __cplusplus
 }
 #endif

@@ -66,3 +66,29 @@ bfp8_status bfp8_cuda_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_t
     (void)ctx; (void)a; (void)a_transposed; (void)b; (void)b_transposed; (void)c; (void)d;
     return no_cuda();
 }
+bfp8_status bfp8_cuda_attention_forward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                        const uint16_t *k, const uint16_t *v, uint16_t *o, float *lse) {
+    (void)ctx; (void)desc; (void)q; (void)k; (void)v; (void)o; (void)lse;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_attention_backward(bfp8_context *ctx, const bfp8_attention_desc *desc, const uint16_t *q,
+                                         const uint16_t *k, const uint16_t *v, const uint16_t *o,
+                                         const uint16_t *d_o, const float *lse, uint16_t *dq, uint16_t *dk,
+                                         uint16_t *dv, void *workspace, size_t workspace_bytes) {
+    (void)ctx; (void)desc; (void)q; (void)k; (void)v; (void)o; (void)d_o; (void)lse; (void)dq; (void)dk; (void)dv;
+    (void)workspace; (void)workspace_bytes;
+    return no_cuda();
+}
+size_t bfp8_cuda_attention_backward_workspace_size(const bfp8_attention_desc *desc) {
+    (void)desc;
+    return 0;
+}
+bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_attention_desc *desc,
+                                                 const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                                 const uint16_t *o, const uint16_t *d_o, const float *lse,
+                                                 uint16_t *dq, uint16_t *dk, uint16_t *dv, void *workspace,
+                                                 int variant) {
+    (void)ctx; (void)desc; (void)q; (void)k; (void)v; (void)o; (void)d_o; (void)lse; (void)dq; (void)dk; (void)dv;
+    (void)workspace; (void)variant;
+    return no_cuda();
+}

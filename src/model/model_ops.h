@@ -78,18 +78,21 @@ void model_cuda_set_stream(void *cuda_stream);
  * (inputs rounded to 10 mantissa bits, fp32 accumulation); 0 (the default):
  * exact fp32 products, as on the CPU. */
 void model_cuda_set_tf32(int tf32);
-/* 1: attention with head_dim 64 or 128 runs flash style (bf16 tensor-core
- * products, online softmax, no probabilities kept: flash_attention.cu); each
- * layer's probs buffer then holds what backward needs instead (batch x heads
- * x seq log-sum-exps and a copy of the output, sized so by model_create).
- * Off by default. */
+/* 1: attention with head_dim 64 or 128 runs flash style (the library's
+ * sm_90a attention kernels: bf16 tensor-core products, online softmax, no
+ * probabilities kept: flash_attention.cu); each layer's probs buffer then
+ * holds what backward needs instead (batch x heads x seq log-sum-exps and a
+ * bf16 copy of the output, in the batch x heads x seq + tokens x dim floats
+ * model_create gives it). Off by default. */
 void model_cuda_set_flash_attention(int on);
 int model_cuda_flash_attention_supported(int64_t head_dim);
-/* Floats of attention scratch flash attention needs: rowsum(dO * O) per row
- * and bf16 head-major copies of q, k, v and dO. */
+/* Floats of attention scratch flash attention needs: bf16 copies of qkv, dO
+ * and dqkv (7 tokens x dim bf16), and the backward's workspace (its dQ sums,
+ * f32 per query row padded to 128 rows, with two floats and a semaphore per
+ * row, and alignment), which flash_attention.cu checks it fits. */
 static inline int64_t flash_attention_scratch_floats(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
-    const int64_t rows = batch * heads * seq;
-    return (rows + 63) / 64 * 64 + 2 * rows * head_dim;
+    const int64_t elems = batch * seq * heads * head_dim, rows_pad = batch * heads * ((seq + 127) / 128 * 128);
+    return (7 * elems + 1) / 2 + rows_pad * (head_dim + 3) + 1024;
 }
 /* BFP8_OK, or the first CUDA / cuBLAS failure of an op since the last call
  * (the message through bfp8_last_error()); the kept failure is then cleared. */
