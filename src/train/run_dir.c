@@ -48,14 +48,14 @@ bfp8_status run_dir_lock(run_dir *d, const char *path) {
     return BFP8_OK;
 }
 
-/* NAME.tmp.DIGITS */
-static int is_temporary_name(const char *name) {
-    const char *tmp = strstr(name, ".tmp.");
-    if (!tmp || tmp == name) return 0;
-    const char *p = tmp + 5;
-    if (*p == 0) return 0;
-    for (; *p; ++p)
-        if (*p < '0' || *p > '9') return is_temporary_name(tmp + 1);
+/* checkpoint.bin.tmp.DIGITS: the only file a run writes into its directory
+ * through a temporary one (other names are left alone: the directory may
+ * hold the user's files too). */
+static int is_stale_name(const char *name) {
+    static const char prefix[] = "checkpoint.bin.tmp.";
+    if (strncmp(name, prefix, sizeof prefix - 1) != 0 || name[sizeof prefix - 1] == 0) return 0;
+    for (const char *p = name + sizeof prefix - 1; *p; ++p)
+        if (*p < '0' || *p > '9') return 0;
     return 1;
 }
 
@@ -64,7 +64,7 @@ bfp8_status run_dir_remove_stale(const char *path, void (*report)(const char *pa
     if (!dir) return bfp8_fail(BFP8_ERR_IO, "cannot list '%s': %s", path, strerror(errno));
     bfp8_status st = BFP8_OK;
     for (struct dirent *e; st == BFP8_OK && (e = readdir(dir)) != NULL;) {
-        if (!is_temporary_name(e->d_name)) continue;
+        if (!is_stale_name(e->d_name)) continue;
         char file[4400];
         snprintf(file, sizeof file, "%s/%s", path, e->d_name);
         struct stat sb;

@@ -6,9 +6,10 @@
  * that was killed never leaves the directory locked. Data-parallel ranks
  * are forked after the lock is taken and share it with their supervisor.
  *
- * With the lock held, every temporary file in the directory (NAME.tmp.PID,
- * from file_io.h's atomic writes) was left by a run that ended while writing
- * it: run_dir_remove_stale removes them.
+ * With the lock held, a temporary checkpoint in the directory
+ * (checkpoint.bin.tmp.PID, from file_io.h's atomic writes) was left by a run
+ * that ended while writing it: run_dir_remove_stale removes such files, and
+ * nothing else.
  */
 #ifndef BFP8_TRAIN_RUN_DIR_H
 #define BFP8_TRAIN_RUN_DIR_H

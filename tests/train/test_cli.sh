@@ -416,8 +416,10 @@ test_run_dir() {
     # A temporary file of a run that died while writing is removed by the next run on the directory.
     expect_ok "a run to step 2" train "${common[@]}" --steps 6 --stop-at 2 --checkpoint-dir stale || return
     printf 'half a checkpoint' >stale/checkpoint.bin.tmp.4194303
+    printf 'a file of the user' >stale/notes.tmp.1
     expect_ok "resumed over a stale temporary file" train "${common[@]}" --resume --stop-at 3 --checkpoint-dir stale
     check "the stale temporary file is gone" test ! -e stale/checkpoint.bin.tmp.4194303
+    check "... and nothing else" test -e stale/notes.tmp.1
     check "... and its removal is reported" grep -qF "removed stale/checkpoint.bin.tmp.4194303" out.txt
 
     # A run that fails between checkpoints (checkpoint at 2, steps 1-3 logged, a NaN at 4), resumed:
