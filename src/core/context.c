@@ -82,6 +82,8 @@ bfp8_status bfp8_malloc(bfp8_context *ctx, void **ptr, size_t bytes) {
     if (!ctx || !ptr) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_malloc: ctx or ptr is NULL");
     if (bytes == 0) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_malloc: zero bytes");
     if (ctx->backend == BFP8_BACKEND_CUDA) return bfp8_cuda_malloc(ctx, ptr, bytes);
+    if (bytes > SIZE_MAX - 63) /* rounding it up to 64 would wrap around */
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_malloc: %zu bytes of host memory", bytes);
     void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
     if (!p) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_malloc: %zu bytes of host memory", bytes);
     *ptr = p;

@@ -5,8 +5,28 @@
  */
 #include "internal.h"
 
-int64_t bfp8_ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* b > 0; no intermediate overflows, whatever a is */
+int64_t bfp8_ceil_div(int64_t a, int64_t b) { return a / b + (a % b > 0); }
 int64_t bfp8_round_up(int64_t a, int64_t multiple) { return bfp8_ceil_div(a, multiple) * multiple; }
+
+/* The canonical layout's ld, scale_ld and byte counts, or 0 when one of them
+ * does not fit in an int64_t (sizes of ~2^62 and more). */
+static int canonical_sizes(int64_t rows, int64_t cols, bfp8_granularity granularity, int64_t *ld,
+                           int64_t *scale_ld, int64_t *data_bytes, int64_t *scale_bytes) {
+    const int64_t kblocks = bfp8_ceil_div(cols, 128), rblocks = bfp8_ceil_div(rows, 128);
+    int64_t span;
+    if (cols > INT64_MAX - 15 || rows > INT64_MAX - 3) return 0;
+    *ld = bfp8_round_up(cols, 16);
+    *scale_ld = granularity == BFP8_GRAN_1X128 ? bfp8_round_up(rows, 4) : kblocks;
+    if (__builtin_mul_overflow(rows, *ld, data_bytes)) return 0;
+    if (granularity == BFP8_GRAN_1X128) {
+        if (__builtin_mul_overflow(kblocks - 1, *scale_ld, &span) || __builtin_add_overflow(span, rows, &span))
+            return 0;
+    } else if (__builtin_mul_overflow(rblocks, kblocks, &span)) {
+        return 0;
+    }
+    return !__builtin_mul_overflow(span, (int64_t)sizeof(float), scale_bytes);
+}
 
 bfp8_status bfp8_qmatrix_layout(bfp8_qmatrix *q, int64_t rows, int64_t cols,
                                 bfp8_granularity granularity, size_t *data_bytes,
@@ -18,16 +38,20 @@ bfp8_status bfp8_qmatrix_layout(bfp8_qmatrix *q, int64_t rows, int64_t cols,
     if (granularity != BFP8_GRAN_1X128 && granularity != BFP8_GRAN_128X128)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_qmatrix_layout: unknown granularity %d",
                          (int)granularity);
+    int64_t ld, scale_ld, data, scales;
+    if (!canonical_sizes(rows, cols, granularity, &ld, &scale_ld, &data, &scales))
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_qmatrix_layout: shape %lld x %lld: its bytes overflow",
+                         (long long)rows, (long long)cols);
     q->data = NULL;
     q->scales = NULL;
     q->dtype = BFP8_E4M3;
     q->granularity = granularity;
     q->rows = rows;
     q->cols = cols;
-    q->ld = bfp8_round_up(cols, 16);
-    q->scale_ld = granularity == BFP8_GRAN_1X128 ? bfp8_round_up(rows, 4) : bfp8_ceil_div(cols, 128);
-    if (data_bytes) *data_bytes = (size_t)(rows * q->ld);
-    if (scale_bytes) *scale_bytes = (size_t)bfp8_qmatrix_scale_span(q) * sizeof(float);
+    q->ld = ld;
+    q->scale_ld = scale_ld;
+    if (data_bytes) *data_bytes = (size_t)data;
+    if (scale_bytes) *scale_bytes = (size_t)scales;
     return BFP8_OK;
 }
 

@@ -14,6 +14,34 @@ const cli_option *cli_find(const cli_option *options, int num_options, const cha
     return NULL;
 }
 
+void cli_range_text(const cli_option *o, char *buf, size_t size) {
+    if (o->kind == CLI_INT) {
+        snprintf(buf, size, "between %lld and %lld", (long long)o->min, (long long)o->max);
+    } else if (o->kind == CLI_FLOAT && !(o->open & CLI_ANY_FINITE)) {
+        if (!(o->open & (CLI_OPEN_MIN | CLI_OPEN_MAX)))
+            snprintf(buf, size, "between %.10g and %.10g", o->fmin, o->fmax);
+        else
+            snprintf(buf, size, "%s %.10g and %s %.10g", o->open & CLI_OPEN_MIN ? ">" : ">=", o->fmin,
+                     o->open & CLI_OPEN_MAX ? "<" : "<=", o->fmax);
+    } else {
+        snprintf(buf, size, "finite");
+    }
+}
+
+static int float_in_range(const cli_option *o, double v) {
+    if (o->open & CLI_ANY_FINITE) return 1;
+    const int above = o->open & CLI_OPEN_MIN ? v > o->fmin : v >= o->fmin;
+    const int below = o->open & CLI_OPEN_MAX ? v < o->fmax : v <= o->fmax;
+    return above && below;
+}
+
+static int out_of_range(const char *command, const cli_option *o, const char *value) {
+    char range[96];
+    cli_range_text(o, range, sizeof range);
+    fprintf(stderr, "blockfp8 %s: --%s must be %s (got %s)\n", command, o->name, range, value);
+    return 1;
+}
+
 static int set_value(const char *command, cli_option *o, const char *value) {
     char *end;
     errno = 0;
@@ -24,15 +52,25 @@ static int set_value(const char *command, cli_option *o, const char *value) {
             fprintf(stderr, "blockfp8 %s: --%s expects an integer, got '%s'\n", command, o->name, value);
             return 1;
         }
+        if (v < o->min || v > o->max) {
+            char shown[32];
+            snprintf(shown, sizeof shown, "%lld", v);
+            return out_of_range(command, o, shown);
+        }
         *(int64_t *)o->target = v;
         return 0;
     }
     case CLI_FLOAT: {
         const double v = strtod(value, &end);
-        if (*value == 0 || *end != 0 || errno || !isfinite(v)) {
+        if (*value == 0 || *end != 0 || errno || !isfinite(v) || !isfinite((float)v)) {
             fprintf(stderr, "blockfp8 %s: --%s expects a finite number, got '%s'\n", command, o->name,
                     value);
             return 1;
+        }
+        if (!float_in_range(o, v)) {
+            char shown[32];
+            snprintf(shown, sizeof shown, "%.10g", v);
+            return out_of_range(command, o, shown);
         }
         *(float *)o->target = (float)v;
         return 0;
@@ -109,14 +147,19 @@ void cli_print_help(FILE *out, const char *usage, const char *description,
     fprintf(out, "usage: %s\n\n%s\n\noptions:\n", usage, description);
     for (int i = 0; i < num_options; ++i) {
         const cli_option *o = &options[i];
-        char left[64];
+        char left[64], range[96] = "";
         if (o->kind == CLI_FLAG)
             snprintf(left, sizeof left, "--%s", o->name);
         else if (o->kind == CLI_OPTIONAL_STRING)
             snprintf(left, sizeof left, "--%s [%s]", o->name, o->metavar ? o->metavar : "VALUE");
         else
             snprintf(left, sizeof left, "--%s %s", o->name, o->metavar ? o->metavar : "VALUE");
-        fprintf(out, "  %-26s %s\n", left, o->help);
+        if (o->kind == CLI_INT || (o->kind == CLI_FLOAT && !(o->open & CLI_ANY_FINITE))) {
+            range[0] = ' ', range[1] = '[';
+            cli_range_text(o, range + 2, sizeof range - 3);
+            strcat(range, "]");
+        }
+        fprintf(out, "  %-26s %s%s\n", left, o->help, range);
     }
     fprintf(out, "  %-26s %s\n", "-h, --help", "show this help");
 }

@@ -21,13 +21,14 @@ int cmd_plot(int argc, char **argv) {
     int64_t width = 960, height = 720;
     float smooth = 0.9f, ymin = NAN, ymax = NAN;
     cli_option options[] = {
-        {"out", CLI_STRING, &out, "FILE", "the PNG to write (default loss.png)", 0},
-        {"title", CLI_STRING, &title, "TEXT", "title of the figure (default \"Loss\")", 0},
-        {"width", CLI_INT, &width, "PX", "image width (default 960)", 0},
-        {"height", CLI_INT, &height, "PX", "image height (default 720)", 0},
-        {"smooth", CLI_FLOAT, &smooth, "X", "EMA factor for the train curves, 0 = none (default 0.9)", 0},
-        {"ymin", CLI_FLOAT, &ymin, "Y", "lower end of the loss axis (default: from the data)", 0},
-        {"ymax", CLI_FLOAT, &ymax, "Y", "upper end of the loss axis (default: from the data)", 0},
+        {"out", CLI_STRING, &out, "FILE", .help = "the PNG to write (default loss.png)"},
+        {"title", CLI_STRING, &title, "TEXT", .help = "title of the figure (default \"Loss\")"},
+        {"width", CLI_INT, &width, "PX", "image width (default 960)", .min = 320, .max = 8192},
+        {"height", CLI_INT, &height, "PX", "image height (default 720)", .min = 240, .max = 8192},
+        {"smooth", CLI_FLOAT, &smooth, "X", "EMA factor for the train curves, 0 = none (default 0.9)", .fmin = 0,
+         .fmax = 1, .open = CLI_OPEN_MAX},
+        {"ymin", CLI_FLOAT, &ymin, "Y", "lower end of the loss axis (default: from the data)", .open = CLI_ANY_FINITE},
+        {"ymax", CLI_FLOAT, &ymax, "Y", "upper end of the loss axis (default: from the data)", .open = CLI_ANY_FINITE},
     };
     const char *files[MAX_RUNS];
     int nfiles = 0;
@@ -36,16 +37,12 @@ int cmd_plot(int argc, char **argv) {
         cli_print_help(stdout, "blockfp8 plot [options] [LABEL=]METRICS.jsonl...",
                        "Draw the train and validation loss of up to 6 runs into a PNG.", options,
                        COUNT(options));
-        return 0;
+        return CLI_EXIT_OK;
     }
-    if (parsed) return 2;
+    if (parsed) return CLI_EXIT_USAGE;
     if (nfiles == 0) {
         fprintf(stderr, "blockfp8 plot: give at least one metrics file (see blockfp8 plot --help)\n");
-        return 2;
-    }
-    if (width < 320 || height < 240 || width > 8192 || height > 8192 || smooth < 0.0f || smooth >= 1.0f) {
-        fprintf(stderr, "blockfp8 plot: size must be 320x240 .. 8192x8192 and --smooth in [0, 1)\n");
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     run_metrics runs[MAX_RUNS];
     int rc = 0, loaded = 0;
@@ -54,7 +51,7 @@ int cmd_plot(int argc, char **argv) {
         const char *path = eq ? eq + 1 : files[i];
         if (metrics_read(path, &runs[i]) != BFP8_OK) {
             fprintf(stderr, "blockfp8 plot: %s\n", bfp8_last_error());
-            rc = 1;
+            rc = CLI_EXIT_FAILURE;
             break;
         }
         ++loaded;
@@ -64,7 +61,7 @@ int cmd_plot(int argc, char **argv) {
         const plot_options po = {title, (int)width, (int)height, smooth, ymin, ymax};
         if (plot_losses(out, runs, nfiles, &po) != BFP8_OK) {
             fprintf(stderr, "blockfp8 plot: %s\n", bfp8_last_error());
-            rc = 1;
+            rc = CLI_EXIT_FAILURE;
         } else {
             printf("wrote %s\n", out);
         }

@@ -3,6 +3,7 @@
  *
  *   blockfp8 sample --checkpoint runs/tiny-fp8-blockwise/checkpoint.bin --prompt "The" --tokens 200
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,27 +16,21 @@
 
 #define COUNT(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
-static void print_token(int32_t token, void *arg) {
-    size_t len;
-    const uint8_t *bytes = bpe_token_bytes(arg, token, &len);
-    fwrite(bytes, 1, len, stdout);
-    fflush(stdout);
-}
-
 int cmd_sample(int argc, char **argv) {
     const char *checkpoint = NULL, *tokenizer = NULL, *prompt = "\n", *recipe_name = NULL, *device = "cpu";
     int64_t tokens = 200, top_k = 40, seed = 1;
     float temperature = 0.8f;
     cli_option options[] = {
-        {"checkpoint", CLI_STRING, &checkpoint, "FILE", "the checkpoint to sample from (required)", 0},
-        {"tokenizer", CLI_STRING, &tokenizer, "FILE", "its tokenizer (default data/tokenizer-<vocab>.bin)", 0},
-        {"prompt", CLI_STRING, &prompt, "TEXT", "text to continue (default a newline)", 0},
-        {"tokens", CLI_INT, &tokens, "N", "tokens to generate (default 200)", 0},
-        {"temperature", CLI_FLOAT, &temperature, "X", "0 = greedy (default 0.8)", 0},
-        {"top-k", CLI_INT, &top_k, "N", "sample among the N likeliest, 0 = all (default 40)", 0},
-        {"seed", CLI_INT, &seed, "N", "sampling seed (default 1)", 0},
-        {"recipe", CLI_STRING, &recipe_name, "NAME", "linear-layer recipe (default: the checkpoint's)", 0},
-        {"device", CLI_STRING, &device, "NAME", "cpu (default) or cuda", 0},
+        {"checkpoint", CLI_STRING, &checkpoint, "FILE", .help = "the checkpoint to sample from (required)"},
+        {"tokenizer", CLI_STRING, &tokenizer, "FILE", .help = "its tokenizer (default data/tokenizer-<vocab>.bin)"},
+        {"prompt", CLI_STRING, &prompt, "TEXT", .help = "text to continue (default a newline)"},
+        {"tokens", CLI_INT, &tokens, "N", "tokens to generate (default 200)", .min = 0, .max = 1000000},
+        {"temperature", CLI_FLOAT, &temperature, "X", "0 = greedy (default 0.8)", .fmin = 0, .fmax = 100},
+        {"top-k", CLI_INT, &top_k, "N", "sample among the N likeliest, 0 = all (default 40)", .min = 0,
+         .max = 65536},
+        {"seed", CLI_INT, &seed, "N", "sampling seed (default 1)", .min = 0, .max = INT64_MAX},
+        {"recipe", CLI_STRING, &recipe_name, "NAME", .help = "linear-layer recipe (default: the checkpoint's)"},
+        {"device", CLI_STRING, &device, "NAME", .help = "cpu (default) or cuda"},
     };
     const char *positional[1];
     int npos;
@@ -45,34 +40,32 @@ int cmd_sample(int argc, char **argv) {
                        "Generate text from a trained checkpoint.", options, COUNT(options));
         return 0;
     }
-    if (parsed) return 2;
+    if (parsed) return CLI_EXIT_USAGE;
     if (!checkpoint) {
         fprintf(stderr, "blockfp8 sample: --checkpoint FILE is required\n");
-        return 2;
+        return CLI_EXIT_USAGE;
     }
     const int on_gpu = strcmp(device, "cuda") == 0;
     if (!on_gpu && strcmp(device, "cpu") != 0) {
         fprintf(stderr, "blockfp8 sample: unknown --device '%s' (cpu or cuda)\n", device);
-        return 2;
+        return CLI_EXIT_USAGE;
+    }
+    bfp8_recipe recipe = BFP8_RECIPE_FP8_BLOCKWISE;
+    if (recipe_name && bfp8_recipe_from_name(recipe_name, &recipe) != BFP8_OK) {
+        fprintf(stderr, "blockfp8 sample: unknown --recipe '%s' (bf16, fp8-blockwise, fp8-blockwise-bf16wgrad)\n",
+                recipe_name);
+        return CLI_EXIT_USAGE;
     }
     if (on_gpu && bfp8_cuda_device_count() < 1) {
         fprintf(stderr, "blockfp8 sample: --device cuda: no usable CUDA device (or a build without CUDA)\n");
-        return 1;
-    }
-    if (tokens < 0 || top_k < 0 || temperature < 0.0f) {
-        fprintf(stderr, "blockfp8 sample: --tokens, --top-k and --temperature must be >= 0\n");
-        return 2;
+        return CLI_EXIT_FAILURE;
     }
     checkpoint_info info;
     if (checkpoint_read_info(checkpoint, &info) != BFP8_OK) {
         fprintf(stderr, "blockfp8 sample: %s\n", bfp8_last_error());
-        return 1;
+        return CLI_EXIT_FAILURE;
     }
-    bfp8_recipe recipe = info.recipe;
-    if (recipe_name && bfp8_recipe_from_name(recipe_name, &recipe) != BFP8_OK) {
-        fprintf(stderr, "blockfp8 sample: unknown --recipe '%s'\n", recipe_name);
-        return 2;
-    }
+    if (!recipe_name) recipe = info.recipe;
     char default_tokenizer[64];
     if (!tokenizer) {
         snprintf(default_tokenizer, sizeof default_tokenizer, "data/tokenizer-%d.bin",
@@ -82,9 +75,9 @@ int cmd_sample(int argc, char **argv) {
     bpe_tokenizer tok;
     if (bpe_load(&tok, tokenizer) != BFP8_OK) {
         fprintf(stderr, "blockfp8 sample: %s\n", bfp8_last_error());
-        return 1;
+        return CLI_EXIT_FAILURE;
     }
-    int rc = 1;
+    int rc = CLI_EXIT_FAILURE;
     bfp8_context *ctx = NULL;
     model *m = NULL;
     int32_t *ids = NULL;
@@ -112,12 +105,12 @@ int cmd_sample(int argc, char **argv) {
     const sample_options so = {.max_new_tokens = tokens, .temperature = temperature, .top_k = top_k};
     rng_state rng = rng_seeded((uint64_t)seed);
     fputs(prompt, stdout);
-    if (sample_generate(m, ids, count, &so, &rng, print_token, &tok) != BFP8_OK) {
+    if (sample_generate(m, ids, count, &so, &rng, sample_print_token, &tok) != BFP8_OK) {
         fprintf(stderr, "\nblockfp8 sample: %s\n", bfp8_last_error());
         goto done;
     }
     printf("\n");
-    rc = 0;
+    rc = CLI_EXIT_OK;
 done:
     free(ids);
     model_destroy(m);

@@ -12,6 +12,7 @@
 
 #include "train/cli_args.h"
 #include "train/commands.h"
+#include "train/dataset.h"
 #include "train/file_io.h"
 #include "train/progress.h"
 #include "train/tokenizer.h"
@@ -21,36 +22,42 @@ enum { MAX_IDS = 4096 };
 
 static int fail(const char *what) {
     fprintf(stderr, "blockfp8 tokenize: %s\n", what);
-    return 1;
+    return CLI_EXIT_FAILURE;
+}
+
+static int usage_error(const char *what) {
+    fprintf(stderr, "blockfp8 tokenize: %s (see blockfp8 tokenize --help)\n", what);
+    return CLI_EXIT_USAGE;
 }
 
 int cmd_tokenize(int argc, char **argv) {
     const char *data = "data/corpus.txt", *out = NULL, *tokenizer = NULL, *text = NULL;
     int64_t vocab = 2048;
     cli_option options[] = {
-        {"data", CLI_STRING, &data, "FILE", "train: the corpus (default data/corpus.txt)", 0},
-        {"vocab-size", CLI_INT, &vocab, "N", "train: vocabulary size, >= 256 (default 2048)", 0},
-        {"out", CLI_STRING, &out, "FILE", "train: where to save (default data/tokenizer-<vocab>.bin)", 0},
-        {"tokenizer", CLI_STRING, &tokenizer, "FILE", "encode, decode: the tokenizer file", 0},
-        {"text", CLI_STRING, &text, "TEXT", "encode: this text (otherwise the FILE argument)", 0},
+        {"data", CLI_STRING, &data, "FILE", .help = "train: the corpus (default data/corpus.txt)"},
+        {"vocab-size", CLI_INT, &vocab, "N", "train: vocabulary size (default 2048)", .min = 256,
+         .max = BPE_MAX_VOCAB},
+        {"out", CLI_STRING, &out, "FILE", .help = "train: where to save (default data/tokenizer-<vocab>.bin)"},
+        {"tokenizer", CLI_STRING, &tokenizer, "FILE", .help = "encode, decode: the tokenizer file"},
+        {"text", CLI_STRING, &text, "TEXT", .help = "encode: this text (otherwise the FILE argument)"},
     };
     const char *positional[MAX_IDS];
     int npos = 0;
     const int parsed = cli_parse("tokenize", options, COUNT(options), argc, argv, 2, positional,
                                  MAX_IDS, &npos);
-    if (parsed == 2 || (parsed == 0 && npos == 0)) {
-        cli_print_help(parsed == 2 ? stdout : stderr,
-                       "blockfp8 tokenize train|encode|decode [options] [FILE | IDS...]",
+    if (parsed == 2) {
+        cli_print_help(stdout, "blockfp8 tokenize train|encode|decode [options] [FILE | IDS...]",
                        "Byte-level BPE: train it on a corpus, encode text (ids on stdout), decode "
                        "ids (bytes on stdout).",
                        options, COUNT(options));
-        return parsed == 2 ? 0 : 2;
+        return CLI_EXIT_OK;
     }
-    if (parsed) return 2;
+    if (parsed) return CLI_EXIT_USAGE;
+    if (npos == 0) return usage_error("say train, encode or decode");
     const char *action = positional[0];
     bpe_tokenizer tok;
     if (strcmp(action, "train") == 0) {
-        if (npos != 1) return fail("train takes no positional arguments");
+        if (npos != 1) return usage_error("train takes no positional arguments");
         char default_out[64];
         if (!out) {
             snprintf(default_out, sizeof default_out, "data/tokenizer-%lld.bin", (long long)vocab);
@@ -63,6 +70,10 @@ int cmd_tokenize(int argc, char **argv) {
             free(bytes);
             return fail("the data file is empty");
         }
+        if (dataset_check_text(data, bytes, n, NULL) != BFP8_OK) {
+            free(bytes);
+            return fail(bfp8_last_error());
+        }
         const double t0 = progress_now();
         const bfp8_status st = bpe_train(&tok, bytes, n, (int32_t)vocab);
         free(bytes);
@@ -74,28 +85,25 @@ int cmd_tokenize(int argc, char **argv) {
         printf("trained a %d-token BPE on %s (%zu bytes) in %.1f s: %s\n", tok.vocab_size, data, n,
                progress_now() - t0, out);
         bpe_free(&tok);
-        return 0;
+        return CLI_EXIT_OK;
     }
-    if (strcmp(action, "encode") != 0 && strcmp(action, "decode") != 0) {
+    const int encode = strcmp(action, "encode") == 0;
+    if (!encode && strcmp(action, "decode") != 0) {
         fprintf(stderr, "blockfp8 tokenize: unknown action '%s' (train, encode, decode)\n", action);
-        return 2;
+        return CLI_EXIT_USAGE;
     }
-    if (!tokenizer) return fail("--tokenizer FILE is required");
+    if (!tokenizer) return usage_error("--tokenizer FILE is required");
+    if (encode && !text && npos != 2) return usage_error("encode needs --text TEXT or one FILE");
     if (bpe_load(&tok, tokenizer) != BFP8_OK) return fail(bfp8_last_error());
-    int rc = 0;
-    if (strcmp(action, "encode") == 0) {
+    int rc = CLI_EXIT_OK;
+    if (encode) {
         uint8_t *bytes = NULL;
         size_t n;
         if (text) {
             n = strlen(text);
-        } else if (npos == 2) {
-            if (read_whole_file(positional[1], &bytes, &n) != BFP8_OK) {
-                bpe_free(&tok);
-                return fail(bfp8_last_error());
-            }
-        } else {
+        } else if (read_whole_file(positional[1], &bytes, &n) != BFP8_OK) {
             bpe_free(&tok);
-            return fail("encode needs --text TEXT or one FILE");
+            return fail(bfp8_last_error());
         }
         const uint8_t *src = text ? (const uint8_t *)text : bytes;
         int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
@@ -118,7 +126,7 @@ int cmd_tokenize(int argc, char **argv) {
             if (*end || errno || id < 0 || id >= tok.vocab_size) {
                 fprintf(stderr, "blockfp8 tokenize: '%s' is not a token id in [0, %d)\n",
                         positional[i], tok.vocab_size);
-                rc = 1;
+                rc = CLI_EXIT_USAGE;
                 break;
             }
             size_t len;

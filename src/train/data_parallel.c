@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "train/stop_signal.h"
 
 #ifdef BFP8_WITH_NCCL
 #include <cuda_runtime_api.h>
@@ -42,29 +43,49 @@ static void release_shared(dp_group *g) {
     g->slots_fd = -1;
 }
 
+/* A rank that exits with 128 + SIGINT or SIGTERM stopped on request, with
+ * the others, after writing its share of the final checkpoint (stop_signal.h). */
+static int stopped_on_request(int status) {
+    return WIFEXITED(status) && (WEXITSTATUS(status) == 128 + SIGINT || WEXITSTATUS(status) == 128 + SIGTERM);
+}
+
 /* Wait for every worker. When one fails, the others get a moment to end on
  * their own (a failure every rank sees, such as a NaN loss, ends them all);
  * whoever is still running then (waiting for the failed rank in a
- * collective) is stopped. Returns the run's exit code. */
+ * collective) is stopped. A SIGINT or SIGTERM to this process goes on to the
+ * ranks, which stop together after a step (a second one stops them at once).
+ * Returns the run's exit code. */
 static int supervise(pid_t *pids, int world) {
     enum { kGraceMs = 3000, kPollMs = 10 };
     int alive = world, failed_rank = -1, failed_status = 0, stopped_others = 0, waited_ms = 0;
+    int forwarded = 0, killed = 0, stop_code = 0;
     while (alive > 0) {
         int status;
-        const pid_t pid = waitpid(-1, &status, failed_rank >= 0 ? WNOHANG : 0);
+        const pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid < 0) {
             if (errno == EINTR) continue;
             break;
         }
-        if (pid == 0) { /* a failure happened; the others are still running */
-            if (waited_ms >= kGraceMs && !stopped_others) {
+        if (pid == 0) { /* everyone still running */
+            const int sig = stop_signal_received();
+            if (sig && !forwarded) {
                 for (int r = 0; r < world; ++r)
-                    if (pids[r] > 0) kill(pids[r], SIGTERM);
+                    if (pids[r] > 0) kill(pids[r], sig);
+                forwarded = 1;
+            }
+            if (stop_signal_count() >= 2 && !killed) {
+                for (int r = 0; r < world; ++r)
+                    if (pids[r] > 0) kill(pids[r], SIGKILL);
+                killed = 1;
+            }
+            if (failed_rank >= 0 && waited_ms >= kGraceMs && !stopped_others) {
+                for (int r = 0; r < world; ++r) /* not SIGTERM: a rank notes it only between steps */
+                    if (pids[r] > 0) kill(pids[r], SIGKILL);
                 stopped_others = 1;
             }
             const struct timespec pause = {0, kPollMs * 1000000L};
             nanosleep(&pause, NULL);
-            waited_ms += kPollMs;
+            if (failed_rank >= 0) waited_ms += kPollMs;
             continue;
         }
         int rank = -1;
@@ -73,13 +94,23 @@ static int supervise(pid_t *pids, int world) {
         if (rank < 0) continue;
         pids[rank] = 0;
         --alive;
+        if (stopped_on_request(status) && !stopped_others) {
+            stop_code = WEXITSTATUS(status);
+            continue;
+        }
         const int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         if (!ok && failed_rank < 0) {
             failed_rank = rank;
             failed_status = status;
         }
     }
-    if (failed_rank < 0) return 0;
+    if (killed) {
+        fflush(stdout);
+        fprintf(stderr, "blockfp8 train: a second %s: the ranks were stopped at once (the last checkpoint on disk "
+                        "is intact)\n", stop_signal_name(stop_signal_received()));
+        return 128 + stop_signal_received();
+    }
+    if (failed_rank < 0) return stop_code ? (stop_signal_received() ? 128 + stop_signal_received() : stop_code) : 0;
     fflush(stdout);
     if (WIFSIGNALED(failed_status))
         fprintf(stderr, "blockfp8 train: rank %d was killed by signal %d%s\n", failed_rank,
@@ -131,14 +162,14 @@ int dp_launch(dp_group *g, int world, int *exit_code) {
         const pid_t pid = fork();
         if (pid == 0) {
             /* a worker: never outlive the supervisor (it stops everyone when one fails) */
-            prctl(PR_SET_PDEATHSIG, SIGTERM);
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != supervisor) _exit(1);
             g->rank = r;
             return 0;
         }
         if (pid < 0) {
             const int err = errno;
-            for (int k = 0; k < r; ++k) kill(pids[k], SIGTERM);
+            for (int k = 0; k < r; ++k) kill(pids[k], SIGKILL);
             for (int k = 0; k < r; ++k) waitpid(pids[k], NULL, 0);
             release_shared(g);
             bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "data parallel: fork: %s", strerror(err));

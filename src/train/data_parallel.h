@@ -5,7 +5,9 @@
  *
  *   - dp_launch forks the N workers; the calling process becomes their
  *     supervisor: it waits for them and, when one fails, stops the others
- *     (a rank that is gone would leave the rest waiting in a collective);
+ *     (a rank that is gone would leave the rest waiting in a collective); a
+ *     SIGINT or SIGTERM it gets goes on to the workers (stop_signal.h), and
+ *     a worker never outlives it;
  *   - ranks meet in a small block of shared memory (a process-shared
  *     barrier, the NCCL id, scalar sums);
  *   - the gradients go through NCCL between GPUs (rank r on CUDA device r,
@@ -39,7 +41,8 @@ typedef struct dp_group {
 
 /* Fork `world` workers (1..DP_MAX_RANKS). Returns 0 in each worker, with
  * g->rank and g->world set; returns 1 in the calling process once every
- * worker has ended, with *exit_code 0 when all exited with 0. stdout and
+ * worker has ended, with *exit_code 0 when all exited with 0 (128 + the
+ * signal when they stopped on a SIGINT or SIGTERM, 1 on a failure). stdout and
  * stderr are flushed first (nothing printed before is printed twice).
  * Returns -1 (nothing forked, message in bfp8_last_error) on failure. */
 int dp_launch(dp_group *g, int world, int *exit_code);

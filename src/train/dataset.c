@@ -46,6 +46,47 @@ bfp8_status dataset_from_tokens(token_dataset *d, int32_t *tokens, size_t count,
     return BFP8_OK;
 }
 
+/* Bytes of the well-formed UTF-8 sequence (of 2 to 4 bytes) at p[0, n), or 0. */
+static size_t utf8_sequence_length(const uint8_t *p, size_t n) {
+    const uint8_t b = p[0];
+    size_t len;
+    uint8_t lo = 0x80, hi = 0xbf; /* the range of the second byte */
+    if (b >= 0xc2 && b <= 0xdf) len = 2;
+    else if (b >= 0xe0 && b <= 0xef) len = 3, lo = b == 0xe0 ? 0xa0 : 0x80, hi = b == 0xed ? 0x9f : 0xbf;
+    else if (b >= 0xf0 && b <= 0xf4) len = 4, lo = b == 0xf0 ? 0x90 : 0x80, hi = b == 0xf4 ? 0x8f : 0xbf;
+    else return 0;
+    if (n < len || p[1] < lo || p[1] > hi) return 0;
+    for (size_t i = 2; i < len; ++i)
+        if ((p[i] & 0xc0) != 0x80) return 0;
+    return len;
+}
+
+double text_non_text_fraction(const uint8_t *text, size_t n) {
+    size_t bad = 0;
+    for (size_t i = 0; i < n;) {
+        const uint8_t b = text[i];
+        if (b < 0x80) {
+            bad += (b < 0x20 && !(b == '\t' || b == '\n' || b == '\v' || b == '\f' || b == '\r')) || b == 0x7f;
+            ++i;
+            continue;
+        }
+        const size_t len = utf8_sequence_length(text + i, n - i);
+        bad += len == 0;
+        i += len ? len : 1;
+    }
+    return n ? (double)bad / (double)n : 0.0;
+}
+
+bfp8_status dataset_check_text(const char *path, const uint8_t *text, size_t n, double *fraction) {
+    const double f = text_non_text_fraction(text, n);
+    if (fraction) *fraction = f;
+    if (f > DATASET_MAX_NON_TEXT)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE,
+                         "data file '%s' does not look like text: %.1f%% of its bytes are control bytes or "
+                         "invalid UTF-8 (at most %.0f%% are accepted)", path, 100.0 * f, 100.0 * DATASET_MAX_NON_TEXT);
+    return BFP8_OK;
+}
+
 bfp8_status dataset_load(token_dataset *d, const char *path, const bpe_tokenizer *tok, int64_t seq) {
     memset(d, 0, sizeof *d);
     uint8_t *text;
@@ -62,6 +103,12 @@ bfp8_status dataset_load(token_dataset *d, const char *path, const bpe_tokenizer
         free(text);
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data file '%s' is empty", path);
     }
+    double non_text;
+    st = dataset_check_text(path, text, n, &non_text);
+    if (st != BFP8_OK) {
+        free(text);
+        return st;
+    }
     int32_t *tokens = malloc(n * sizeof *tokens);
     if (!tokens) {
         free(text);
@@ -77,6 +124,7 @@ bfp8_status dataset_load(token_dataset *d, const char *path, const bpe_tokenizer
         return bfp8_fail(st, "data file '%s': %s", path, cause);
     }
     d->text_bytes = n;
+    d->non_text_fraction = non_text;
     return BFP8_OK;
 }
 

@@ -21,6 +21,12 @@
 
 enum { DATASET_VALIDATION_EVERY = 10 };
 
+/* A corpus with more than this share of bytes that are not text (see
+ * text_non_text_fraction) is refused; above DATASET_WARN_NON_TEXT it is
+ * trained on with a warning. */
+#define DATASET_MAX_NON_TEXT 0.10
+#define DATASET_WARN_NON_TEXT 0.01
+
 typedef struct token_dataset {
     int32_t *tokens;
     size_t num_tokens;
@@ -29,6 +35,7 @@ typedef struct token_dataset {
     size_t *train_blocks, num_train_blocks; /* block starts */
     size_t *val_windows, num_val_windows;   /* window starts */
     size_t text_bytes;
+    double non_text_fraction; /* of the text's bytes (text_non_text_fraction) */
 } token_dataset;
 
 typedef struct batch_sampler {
@@ -36,7 +43,17 @@ typedef struct batch_sampler {
     uint64_t windows_drawn;
 } batch_sampler;
 
-/* Read a text file, encode it, split it. Errors: missing, empty or too small. */
+/* The share of bytes of text[0, n) that are not text: control bytes other
+ * than tab, newline, vertical tab, form feed and carriage return, DEL, and
+ * bytes that are not part of a well-formed UTF-8 sequence. */
+double text_non_text_fraction(const uint8_t *text, size_t n);
+
+/* BFP8_ERR_INVALID_VALUE, naming path, when more than DATASET_MAX_NON_TEXT
+ * of text[0, n) is not text; *fraction (may be NULL) gets the share. */
+bfp8_status dataset_check_text(const char *path, const uint8_t *text, size_t n, double *fraction);
+
+/* Read a text file, check that it is text, encode it, split it. Errors:
+ * missing, empty, not text or too small. */
 bfp8_status dataset_load(token_dataset *d, const char *path, const bpe_tokenizer *tok, int64_t seq);
 /* Take ownership of tokens (malloc'ed) and split them. */
 bfp8_status dataset_from_tokens(token_dataset *d, int32_t *tokens, size_t count, int64_t seq);

@@ -49,6 +49,7 @@ bfp8_status atomic_file_open(atomic_file *f, const char *path) {
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "path too long: '%s'", path);
     snprintf(f->path, sizeof f->path, "%s", path);
     snprintf(f->temp_path, sizeof f->temp_path, "%s.tmp.%ld", path, (long)getpid());
+    f->had_target = access(path, F_OK) == 0;
     f->fp = fopen(f->temp_path, "wb");
     if (!f->fp)
         return bfp8_fail(BFP8_ERR_IO, "cannot create '%s': %s", f->temp_path, strerror(errno));
@@ -85,8 +86,8 @@ bfp8_status atomic_file_commit(atomic_file *f) {
     if (!err && rename(f->temp_path, f->path) != 0) err = errno;
     if (err) {
         remove(f->temp_path);
-        return bfp8_fail(BFP8_ERR_IO, "cannot write '%s': %s (the previous file is untouched)",
-                         f->path, strerror(err));
+        return bfp8_fail(BFP8_ERR_IO, "cannot write '%s': %s (%s)", f->path, strerror(err),
+                         f->had_target ? "the previous file is untouched" : "there was none before");
     }
     sync_directory_of(f->path);
     return BFP8_OK;

@@ -2,7 +2,9 @@
  * file_io.h - whole-file reads and atomic file writes. A write goes to a
  * temporary file beside the target, is flushed and fsync'ed, and only then
  * renamed over the target: a crash or a failed write never leaves a broken
- * file under the target's name.
+ * file under the target's name. The temporary file is named
+ * <target>.tmp.<pid>; one left by a process killed while writing is removed
+ * by the next run on its directory (run_dir.h).
  */
 #ifndef BFP8_TRAIN_FILE_IO_H
 #define BFP8_TRAIN_FILE_IO_H
@@ -21,6 +23,7 @@ typedef struct atomic_file {
     char path[4096];
     char temp_path[4096 + 32];
     int failed;
+    int had_target; /* a file of that name was there at open: the messages say it is untouched */
 } atomic_file;
 
 bfp8_status atomic_file_open(atomic_file *f, const char *path);

@@ -16,13 +16,23 @@
 
 typedef struct metrics_writer {
     FILE *fp;
+    const char *path;
 } metrics_writer;
 
-/* path NULL: a writer that writes nothing. append: keep earlier lines (resume). */
-bfp8_status metrics_open(metrics_writer *w, const char *path, int append);
+/* Open path for the run's lines; path NULL: a writer that writes nothing.
+ * The file is locked (flock) for the run: a file another run writes is
+ * refused. keep_through_step < 0: a fresh run, the file starts empty.
+ * Otherwise (a resume from that step) the file keeps its lines up to the
+ * first one that is past the step (a "train" or "val" line of a later step,
+ * a "run" line that started later) or is not a whole line, and is cut
+ * there: a step is never logged twice, and the half line of a run killed
+ * while writing goes. Files that are not regular (a pipe, /dev/null) are
+ * written as they are. */
+bfp8_status metrics_open(metrics_writer *w, const char *path, int64_t keep_through_step);
 void metrics_close(metrics_writer *w);
-/* One line; fields is the inside of the object after "type", e.g. "\"step\":3". */
-void metrics_write(metrics_writer *w, const char *type, const char *fields_fmt, ...)
+/* One line, flushed; fields is the inside of the object after "type", e.g.
+ * "\"step\":3". A line that cannot be written (disk full) is an error. */
+bfp8_status metrics_write(metrics_writer *w, const char *type, const char *fields_fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif

@@ -1,9 +1,10 @@
 /*
- * sampler.c - temperature / top-k sampling.
+ * sampler.c - temperature / top-k sampling, and printing what it draws.
  */
 #include "train/sampler.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,4 +71,17 @@ bfp8_status sample_generate(model *m, const int32_t *prompt, size_t prompt_len,
     free(scratch);
     free(last);
     return st;
+}
+
+void sample_print_token(int32_t token, void *arg) {
+    size_t len;
+    const uint8_t *bytes = bpe_token_bytes(arg, token, &len);
+    for (size_t i = 0; i < len; ++i) {
+        const uint8_t b = bytes[i];
+        if ((b < 0x20 && b != '\n' && b != '\t') || b == 0x7f)
+            printf("\\x%02x", b);
+        else
+            putchar(b);
+    }
+    fflush(stdout);
 }

@@ -13,6 +13,7 @@
 #include "blockfp8.h"
 #include "model/model.h"
 #include "model/rng.h"
+#include "train/tokenizer.h"
 
 typedef struct sample_options {
     int64_t max_new_tokens;
@@ -24,5 +25,10 @@ typedef struct sample_options {
 bfp8_status sample_generate(model *m, const int32_t *prompt, size_t prompt_len,
                             const sample_options *o, rng_state *rng,
                             void (*emit)(int32_t token, void *arg), void *arg);
+
+/* An emit for sample_generate: writes the token's bytes (arg: the
+ * bpe_tokenizer) to stdout, and flushes. Control bytes other than newline
+ * and tab are written as \xNN, so a sample never drives the terminal. */
+void sample_print_token(int32_t token, void *arg);
 
 #endif /* BFP8_TRAIN_SAMPLER_H */

@@ -1,10 +1,12 @@
 /*
- * trainer.c - the training run behind `blockfp8 train`.
+ * trainer.c - the training run behind `blockfp8 train`: the run directory
+ * taken, tokenizer and data, model, the loop, what is printed and logged.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "train/trainer.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,59 +27,21 @@
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
 #include "train/progress.h"
+#include "train/run_dir.h"
 #include "train/sampler.h"
+#include "train/stop_signal.h"
 #include "train/tokenizer.h"
-
-/* ------------------------------------------------------------------------ */
-/* Per-preset training defaults */
-
-typedef struct train_defaults {
-    const char *model;
-    int64_t batch, steps, warmup, eval_every;
-    float lr;
-} train_defaults;
-
-static const train_defaults preset_defaults[] = {
-    {"tiny", 16, 300, 30, 50, 2e-3f},
-    {"small", 16, 2000, 100, 200, 1e-3f},
-    {"medium", 16, 5000, 200, 250, 6e-4f},
-    {"large", 8, 10000, 500, 500, 3e-4f},
-    {"1b", 8, 10000, 500, 500, 3e-4f},
-};
-
-void train_options_init(train_options *o) {
-    memset(o, 0, sizeof *o);
-    o->model_name = "tiny";
-    o->recipe_name = "fp8-blockwise";
-    o->device = "cpu";
-    o->data_path = "data/corpus.txt";
-    o->prompt = "\n";
-    o->steps = o->batch = o->seq = o->warmup = o->vocab_size = o->eval_every = -1;
-    o->grad_accum = 1;
-    o->eval_batches = 4;
-    o->checkpoint_every = -1;
-    o->log_every = 10;
-    o->stop_at = -1;
-    o->inject_nonfinite_at = -1;
-    o->inject_rank_exit_at = -1;
-    o->sample_tokens = 200;
-    o->top_k = 40;
-    o->threads = 0;
-    o->seed = 1337;
-    o->data_parallel = -1;
-    o->lr = o->min_lr = NAN;
-    o->weight_decay = 0.1f;
-    o->clip = 1.0f;
-    o->temperature = 0.8f;
-}
+#include "train/train_plan.h"
 
 /* ------------------------------------------------------------------------ */
 /* The run */
 
 typedef struct run_state {
     train_options *o;
+    train_plan plan;
     const model_preset *preset;
     bfp8_recipe recipe;
+    run_dir dir;
     bfp8_context *ctx;
     bpe_tokenizer tok;
     token_dataset data;
@@ -147,6 +111,11 @@ static bfp8_status load_or_train_tokenizer(run_state *r, int64_t vocab) {
     if (n == 0) {
         free(text);
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data file '%s' is empty", o->data_path);
+    }
+    st = dataset_check_text(o->data_path, text, n, NULL);
+    if (st != BFP8_OK) {
+        free(text);
+        return st;
     }
     printf("tokenizer: training a %lld-token BPE on %s ...", (long long)vocab, o->data_path);
     fflush(stdout);
@@ -231,147 +200,13 @@ static bfp8_status save_checkpoint(run_state *r, int64_t step, int64_t total_ste
     return BFP8_OK;
 }
 
-static void print_token(int32_t token, void *arg) {
-    const bpe_tokenizer *tok = arg;
-    size_t len;
-    const uint8_t *bytes = bpe_token_bytes(tok, token, &len);
-    fwrite(bytes, 1, len, stdout);
-    fflush(stdout);
-}
-
-/* Settle the options against the preset and, when resuming, the checkpoint. */
-static int resolve_options(run_state *r, checkpoint_info *resume_info, char *resume_path,
-                           size_t resume_path_size, char *tokenizer_path, size_t tokenizer_path_size,
-                           char *checkpoint_dir, size_t checkpoint_dir_size, char *metrics_path,
-                           size_t metrics_path_size) {
-    train_options *o = r->o;
-    if (strcmp(o->device, "cpu") != 0 && strcmp(o->device, "cuda") != 0) {
-        fprintf(stderr, "blockfp8 train: unknown --device '%s' (cpu or cuda)\n", o->device);
-        return 1;
-    }
-    if (o->tf32 && strcmp(o->device, "cuda") != 0) {
-        fprintf(stderr, "blockfp8 train: --tf32 needs --device cuda\n");
-        return 1;
-    }
-    if (o->flash_attention && strcmp(o->device, "cuda") != 0) {
-        fprintf(stderr, "blockfp8 train: --flash-attention needs --device cuda\n");
-        return 1;
-    }
-    if (bfp8_recipe_from_name(o->recipe_name, &r->recipe) != BFP8_OK) {
-        fprintf(stderr, "blockfp8 train: unknown --recipe '%s' (bf16, fp8-blockwise, "
-                        "fp8-blockwise-bf16wgrad)\n", o->recipe_name);
-        return 1;
-    }
-    r->preset = model_preset_find(o->model_name);
-    if (!r->preset) {
-        fprintf(stderr, "blockfp8 train: unknown --model '%s' (tiny, small, medium, large, 1b)\n",
-                o->model_name);
-        return 1;
-    }
-    if (!o->checkpoint_dir) {
-        snprintf(checkpoint_dir, checkpoint_dir_size, "runs/%s-%s", o->model_name, o->recipe_name);
-        o->checkpoint_dir = checkpoint_dir;
-    }
-    if (o->resume) {
-        const int len = o->resume[0]
-                            ? snprintf(resume_path, resume_path_size, "%s", o->resume)
-                            : snprintf(resume_path, resume_path_size, "%s/checkpoint.bin", o->checkpoint_dir);
-        if (len < 0 || (size_t)len >= resume_path_size) {
-            fprintf(stderr, "blockfp8 train: the --resume path is too long\n");
-            return 1;
-        }
-        if (checkpoint_read_info(resume_path, resume_info) != BFP8_OK) {
-            fprintf(stderr, "blockfp8 train: cannot resume: %s\n", bfp8_last_error());
-            return 1;
-        }
-        if (o->model_given && strcmp(o->model_name, resume_info->model_name) != 0) {
-            fprintf(stderr, "blockfp8 train: cannot resume: checkpoint '%s' is a '%s' model, "
-                            "--model asks for '%s'\n", resume_path, resume_info->model_name,
-                    o->model_name);
-            return 1;
-        }
-        r->preset = model_preset_find(resume_info->model_name);
-        if (!r->preset) r->preset = model_preset_find("tiny");
-        o->model_name = r->preset->name;
-        /* What is not given again continues as the checkpoint had it. */
-        if (!o->batch_given) o->batch = resume_info->batch;
-        if (!o->seq_given) o->seq = resume_info->seq;
-        if (!o->accum_given) o->grad_accum = resume_info->grad_accum;
-        if (!o->steps_given) o->steps = (int64_t)resume_info->total_steps;
-        if (!o->seed_given) o->seed = (int64_t)resume_info->seed;
-        if (!o->data_parallel_given && resume_info->ranks > 1) o->data_parallel = resume_info->ranks;
-    }
-    if (!o->resume && !o->overwrite) { /* never replace another run's checkpoint by surprise */
-        char existing[4200];
-        snprintf(existing, sizeof existing, "%s/checkpoint.bin", o->checkpoint_dir);
-        checkpoint_info old;
-        if (path_exists(existing)) {
-            if (checkpoint_read_info(existing, &old) == BFP8_OK)
-                fprintf(stderr, "blockfp8 train: %s already holds a run (step %llu of %llu); pass "
-                                "--resume to continue it, --overwrite to start over, or another "
-                                "--checkpoint-dir\n", existing, (unsigned long long)old.step,
-                        (unsigned long long)old.total_steps);
-            else
-                fprintf(stderr, "blockfp8 train: %s already exists; pass --overwrite to start over "
-                                "or another --checkpoint-dir\n", existing);
-            return 1;
-        }
-    }
-    const train_defaults *d = &preset_defaults[0];
-    for (size_t i = 0; i < sizeof preset_defaults / sizeof preset_defaults[0]; ++i)
-        if (strcmp(preset_defaults[i].model, r->preset->name) == 0) d = &preset_defaults[i];
-    if (o->batch < 0) o->batch = d->batch;
-    if (o->seq < 0) o->seq = r->preset->config.max_seq;
-    if (o->steps < 0) o->steps = d->steps;
-    if (o->warmup < 0) o->warmup = d->warmup < o->steps / 10 + 1 ? d->warmup : o->steps / 10 + 1;
-    if (o->eval_every < 0) o->eval_every = d->eval_every;
-    if (isnan(o->lr)) o->lr = d->lr;
-    if (isnan(o->min_lr)) o->min_lr = o->lr / 10.0f;
-    if (o->checkpoint_every < 0) o->checkpoint_every = o->eval_every;
-    const int64_t vocab = o->vocab_size > 0 ? o->vocab_size : r->preset->config.vocab_size;
-    if (!o->tokenizer_path) {
-        snprintf(tokenizer_path, tokenizer_path_size, "data/tokenizer-%lld.bin", (long long)vocab);
-        o->tokenizer_path = tokenizer_path;
-    }
-    if (!o->metrics_path) {
-        snprintf(metrics_path, metrics_path_size, "%s/metrics.jsonl", o->checkpoint_dir);
-        o->metrics_path = metrics_path;
-    }
-    struct { const char *name; int64_t value, min; } ranges[] = {
-        {"steps", o->steps, 1},        {"batch", o->batch, 1},
-        {"seq", o->seq, 1},            {"grad-accum", o->grad_accum, 1},
-        {"warmup", o->warmup, 0},      {"eval-every", o->eval_every, 0},
-        {"eval-batches", o->eval_batches, 1}, {"checkpoint-every", o->checkpoint_every, 0},
-        {"sample-tokens", o->sample_tokens, 0}, {"top-k", o->top_k, 0},
-        {"threads", o->threads, 0},    {"seed", o->seed, 0},
-    };
-    for (size_t i = 0; i < sizeof ranges / sizeof ranges[0]; ++i)
-        if (ranges[i].value < ranges[i].min) {
-            fprintf(stderr, "blockfp8 train: --%s must be >= %lld (got %lld)\n", ranges[i].name,
-                    (long long)ranges[i].min, (long long)ranges[i].value);
-            return 1;
-        }
-    if (o->data_parallel != -1 && (o->data_parallel < 1 || o->data_parallel > DP_MAX_RANKS)) {
-        fprintf(stderr, "blockfp8 train: --data-parallel must be between 1 and %d (got %lld)\n", DP_MAX_RANKS,
-                (long long)o->data_parallel);
-        return 1;
-    }
-    if (o->seq > r->preset->config.max_seq) {
-        fprintf(stderr, "blockfp8 train: --seq %lld exceeds the %s model's %d\n", (long long)o->seq,
-                r->preset->name, r->preset->config.max_seq);
-        return 1;
-    }
-    if (!(o->lr > 0.0f) || o->min_lr < 0.0f || o->weight_decay < 0.0f || o->clip < 0.0f ||
-        o->temperature < 0.0f) {
-        fprintf(stderr, "blockfp8 train: --lr must be > 0; --min-lr, --weight-decay, --clip and "
-                        "--temperature must be >= 0\n");
-        return 1;
-    }
-    return 0;
+static void report_stale(const char *dir, const char *name) {
+    printf("removed %s/%s, a temporary file of a run that ended while writing it\n", dir, name);
 }
 
 static void release(run_state *r) {
     metrics_close(&r->metrics);
+    run_dir_unlock(&r->dir);
     if (r->data_parallel) dp_close(&r->dp);
     model_destroy(r->m);
     dataset_free(&r->data);
@@ -388,15 +223,22 @@ int train_run(train_options *o) {
     memset(&r, 0, sizeof r);
     r.o = o;
     r.checkpoint_step = -1;
-    char resume_path[4096], tokenizer_path[4096], checkpoint_dir[4096], metrics_path[4200];
-    checkpoint_info resume_info;
-    memset(&resume_info, 0, sizeof resume_info);
-    if (resolve_options(&r, &resume_info, resume_path, sizeof resume_path, tokenizer_path,
-                        sizeof tokenizer_path, checkpoint_dir, sizeof checkpoint_dir, metrics_path,
-                        sizeof metrics_path))
-        return 1;
+    r.dir.lock_fd = -1;
+    int rc = train_plan_resolve(o, &r.plan);
+    if (rc) return rc;
+    r.preset = r.plan.preset;
+    r.recipe = r.plan.recipe;
+    checkpoint_info resume_info = r.plan.resume_info;
+    const char *resume_path = r.plan.resume_path;
     progress_init(&r.progress, o->log_every);
-    int rc = 1;
+    /* The directory is this run's from here on (data-parallel ranks share the lock). */
+    if (run_dir_lock(&r.dir, o->checkpoint_dir) != BFP8_OK) return report_failure(&r, "%s", bfp8_last_error());
+    if ((rc = train_plan_check_fresh(o)) != 0) goto done;
+    rc = 1;
+    if (run_dir_remove_stale(o->checkpoint_dir, report_stale) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
     const int on_gpu = strcmp(o->device, "cuda") == 0;
     r.world = 1;
     r.data_parallel = o->data_parallel > 0;
@@ -414,6 +256,11 @@ int train_run(train_options *o) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
+    if (r.data.non_text_fraction > DATASET_WARN_NON_TEXT)
+        fprintf(stderr, "blockfp8 train: warning: data file '%s': %.1f%% of its bytes are control bytes or invalid "
+                        "UTF-8\n", o->data_path, 100.0 * r.data.non_text_fraction);
+    /* From here a SIGINT or SIGTERM ends the run after a step, with a checkpoint. */
+    stop_signal_install(!r.data_parallel);
     if (r.data_parallel) {
         /* the ranks inherit the tokenizer and the data; this process supervises them */
         int exit_code;
@@ -482,10 +329,6 @@ int train_run(train_options *o) {
         report_failure(&r, "out of memory");
         goto done;
     }
-    if (r.rank == 0 && make_directories(o->checkpoint_dir) != BFP8_OK) {
-        report_failure(&r, "%s", bfp8_last_error());
-        goto done;
-    }
     snprintf(r.checkpoint_path, sizeof r.checkpoint_path, "%s/checkpoint.bin", o->checkpoint_dir);
     int64_t start_step = 0;
     if (o->resume) {
@@ -514,7 +357,7 @@ int train_run(train_options *o) {
             goto done;
         }
     }
-    if (r.rank == 0 && metrics_open(&r.metrics, o->metrics_path, o->resume != NULL) != BFP8_OK) {
+    if (r.rank == 0 && metrics_open(&r.metrics, o->metrics_path, o->resume ? start_step : -1) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
@@ -546,20 +389,33 @@ int train_run(train_options *o) {
            (double)(model_param_arena_bytes(r.m) + model_activation_arena_bytes(r.m)) / 1e6,
            r.checkpoint_path);
     if (o->resume) printf("resumed from %s at step %lld\n", resume_path, (long long)start_step);
-    metrics_write(&r.metrics, "run",
-                  "\"model\":\"%s\",\"recipe\":\"%s\",\"params\":%zu,\"steps\":%lld,\"batch\":%lld,"
-                  "\"seq\":%lld,\"grad_accum\":%lld,\"lr\":%g,\"seed\":%lld,\"start_step\":%lld,"
-                  "\"threads\":%d,\"ranks\":%d",
-                  r.preset->name, bfp8_recipe_name(r.recipe), r.m->num_params, (long long)o->steps,
-                  (long long)o->batch, (long long)o->seq, (long long)o->grad_accum, o->lr,
-                  (long long)o->seed, (long long)start_step, threads, r.world);
+    if (metrics_write(&r.metrics, "run",
+                      "\"model\":\"%s\",\"recipe\":\"%s\",\"params\":%zu,\"steps\":%lld,\"batch\":%lld,"
+                      "\"seq\":%lld,\"grad_accum\":%lld,\"lr\":%g,\"seed\":%lld,\"start_step\":%lld,"
+                      "\"threads\":%d,\"ranks\":%d",
+                      r.preset->name, bfp8_recipe_name(r.recipe), r.m->num_params, (long long)o->steps,
+                      (long long)o->batch, (long long)o->seq, (long long)o->grad_accum, o->lr,
+                      (long long)o->seed, (long long)start_step, threads, r.world) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
     rc = train_loop(&r, start_step);
 done:
+    stop_signal_restore();
     release(&r);
     return rc;
 }
 
 /* ------------------------------------------------------------------------ */
+
+/* The end of a run stopped by a signal after `step`, its checkpoint written. */
+static int report_stopped(run_state *r, int sig, int64_t step) {
+    progress_break(&r->progress);
+    if (r->rank == 0)
+        fprintf(stderr, "blockfp8 train: stopped by %s after step %lld; checkpoint %s written (continue with "
+                        "--resume)\n", stop_signal_name(sig), (long long)step, r->checkpoint_path);
+    return 128 + sig;
+}
 
 static int train_loop(run_state *r, int64_t start_step) {
     train_options *o = r->o;
@@ -603,11 +459,14 @@ static int train_loop(run_state *r, int64_t start_step) {
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
             loss_sum += loss;
         }
-        if (r->data_parallel) { /* the mean gradient and loss over the ranks */
+        int stop_signal = stop_signal_received();
+        if (r->data_parallel) { /* the mean gradient and loss over the ranks; whether any rank has a signal */
             if (dp_allreduce_mean(&r->dp, m->grads, m->num_params) != BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
-            dp_sum_scalars(&r->dp, &loss_sum, 1);
-            loss_sum /= (double)r->world;
+            double sums[2] = {loss_sum, stop_signal != 0};
+            dp_sum_scalars(&r->dp, sums, 2);
+            loss_sum = sums[0] / (double)r->world;
+            if (sums[1] > 0.0 && !stop_signal) stop_signal = SIGTERM; /* another rank's */
         }
         double grad_norm;
         if (model_gradient_norm(m, &grad_norm) != BFP8_OK)
@@ -629,11 +488,12 @@ static int train_loop(run_state *r, int64_t start_step) {
         const double tok_s = (double)(tokens_per_step * steps_timed) / train_seconds;
         const double eta = train_seconds / (double)steps_timed * (double)(last_step - step);
         progress_step(&r->progress, step, last_step, last_loss, h.lr, tok_s, eta);
-        metrics_write(&r->metrics, "train",
-                      "\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,"
-                      "\"tokens_per_s\":%.1f,\"step_s\":%.4f",
-                      (long long)step, last_loss, h.lr, grad_norm,
-                      (long long)(step * tokens_per_step), tok_s, dt);
+        if (metrics_write(&r->metrics, "train",
+                          "\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,"
+                          "\"tokens_per_s\":%.1f,\"step_s\":%.4f",
+                          (long long)step, last_loss, h.lr, grad_norm, (long long)(step * tokens_per_step), tok_s,
+                          dt) != BFP8_OK)
+            return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
         const int eval_now = (o->eval_every > 0 && step % o->eval_every == 0) || step == last_step;
         if (eval_now) {
             double val_loss;
@@ -644,13 +504,17 @@ static int train_loop(run_state *r, int64_t start_step) {
                 return report_failure(r, "step %lld: the validation loss is not finite", (long long)step);
             progress_break(&r->progress);
             printf("step %5lld | val_loss %.4f | train_loss %.4f\n", (long long)step, val_loss, last_loss);
-            metrics_write(&r->metrics, "val", "\"step\":%lld,\"val_loss\":%.6f", (long long)step, val_loss);
-        }
-        if (r->rank == 0 && ((o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || step == last_step)) {
-            if (save_checkpoint(r, step, o->steps, B, T, A) != BFP8_OK)
+            if (metrics_write(&r->metrics, "val", "\"step\":%lld,\"val_loss\":%.6f", (long long)step, val_loss) !=
+                BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
         }
+        const int checkpoint_now =
+            (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || step == last_step || stop_signal;
+        if (r->rank == 0 && checkpoint_now && save_checkpoint(r, step, o->steps, B, T, A) != BFP8_OK)
+            return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
+        if (stop_signal) return report_stopped(r, stop_signal, step);
     }
+    stop_signal_restore(); /* the sample below ends at a signal, as any program does */
     progress_break(&r->progress);
     if (steps_timed > 0)
         printf("done: %lld steps in %.1f s, %.0f tokens/s, final train loss %.4f; checkpoint %s\n",
@@ -667,7 +531,7 @@ static int train_loop(run_state *r, int64_t start_step) {
         rng_state rng = rng_seeded((uint64_t)o->seed + 1);
         printf("sample (temperature %.2g, top-k %lld):\n%s", o->temperature, (long long)o->top_k,
                o->prompt);
-        const bfp8_status st = sample_generate(m, prompt, prompt_len, &so, &rng, print_token, &r->tok);
+        const bfp8_status st = sample_generate(m, prompt, prompt_len, &so, &rng, sample_print_token, &r->tok);
         free(prompt);
         printf("\n");
         if (st != BFP8_OK) return report_failure(r, "sampling: %s", bfp8_last_error());

@@ -19,7 +19,7 @@ typedef struct train_options {
     const char *resume;          /* NULL: fresh run; "": <checkpoint_dir>/checkpoint.bin */
     const char *metrics_path;    /* NULL: <checkpoint_dir>/metrics.jsonl */
     const char *prompt;
-    /* -1 (or NAN for floats) means "the preset's default" */
+    /* -1 (or NAN for floats): not given, the preset's default (the command line takes only values in range) */
     int64_t steps, batch, seq, grad_accum, warmup, vocab_size;
     int64_t eval_every, eval_batches, checkpoint_every, log_every;
     int64_t stop_at, inject_nonfinite_at, inject_rank_exit_at, sample_tokens, top_k, threads, seed;
@@ -36,7 +36,9 @@ typedef struct train_options {
 /* Everything unset: the preset fills it in. */
 void train_options_init(train_options *o);
 
-/* Run; returns the process exit code (0 done, 1 failed: a message was printed). */
+/* Run; returns the process exit code (commands.h): 0 done, 1 failed, 2 a bad
+ * command line (a message was printed for both), 128 + the signal when a
+ * SIGINT or SIGTERM stopped it after a checkpoint. */
 int train_run(train_options *o);
 
 #endif /* BFP8_TRAIN_TRAINER_H */

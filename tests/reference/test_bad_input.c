@@ -519,6 +519,9 @@ static void test_misc(void) {
     EXPECT_FAIL(bfp8_malloc(NULL, ptr_out, 64), BFP8_ERR_NULL_POINTER, "bfp8_malloc");
     EXPECT_FAIL(bfp8_malloc(ctx, NULL, 64), BFP8_ERR_NULL_POINTER, "bfp8_malloc");
     EXPECT_FAIL(bfp8_malloc(ctx, ptr_out, 0), BFP8_ERR_INVALID_VALUE, "bfp8_malloc");
+    /* sizes whose rounding up to 64 bytes would wrap around to a small block */
+    EXPECT_FAIL(bfp8_malloc(ctx, ptr_out, SIZE_MAX), BFP8_ERR_OUT_OF_MEMORY, "bfp8_malloc");
+    EXPECT_FAIL(bfp8_malloc(ctx, ptr_out, SIZE_MAX - 40), BFP8_ERR_OUT_OF_MEMORY, "bfp8_malloc");
     EXPECT_FAIL(bfp8_memset_zero(ctx, NULL, 64), BFP8_ERR_NULL_POINTER, "bfp8_memset_zero");
     EXPECT_FAIL(bfp8_copy_to_backend(ctx, NULL, buf, 8), BFP8_ERR_NULL_POINTER, "bfp8_copy_to_backend");
     EXPECT_FAIL(bfp8_copy_to_host(ctx, buf, NULL, 8), BFP8_ERR_NULL_POINTER, "bfp8_copy_to_host");
@@ -531,6 +534,13 @@ static void test_misc(void) {
                 "bfp8_qmatrix_layout");
     EXPECT_FAIL(bfp8_qmatrix_layout(q, 4, 4, (bfp8_granularity)0, bytes, bytes + 1), BFP8_ERR_INVALID_VALUE,
                 "bfp8_qmatrix_layout");
+    /* layouts whose ld or byte counts do not fit in an int64_t */
+    EXPECT_FAIL(bfp8_qmatrix_layout(q, 1, INT64_MAX, BFP8_GRAN_1X128, bytes, bytes + 1), BFP8_ERR_INVALID_VALUE,
+                "bfp8_qmatrix_layout");
+    EXPECT_FAIL(bfp8_qmatrix_layout(q, INT64_MAX, 125, BFP8_GRAN_128X128, bytes, bytes + 1), BFP8_ERR_INVALID_VALUE,
+                "bfp8_qmatrix_layout");
+    EXPECT_FAIL(bfp8_qmatrix_layout(q, (int64_t)1 << 40, (int64_t)1 << 30, BFP8_GRAN_1X128, bytes, bytes + 1),
+                BFP8_ERR_INVALID_VALUE, "bfp8_qmatrix_layout");
 
     EXPECT_FAIL(bfp8_convert_host(BFP8_E4M3, buf, (bfp8_dtype)9, buf + 32, 4), BFP8_ERR_INVALID_VALUE,
                 "bfp8_convert_host");

@@ -3,11 +3,22 @@
 # made from this repository's own sources:
 #   resume   a run stopped at step 3 and resumed ends with a checkpoint and
 #            losses bit-identical to one uninterrupted run
-#   bad      unknown options and values, missing / empty data, corrupt,
-#            truncated, foreign and mismatched checkpoints, NaN in a quantized
-#            weight (fp8) and in the loss (bf16): each gives a non-zero exit
-#            and a clear one-line message, and the checkpoint already on disk
-#            is byte-for-byte untouched
+#   usage    a table of bad command lines of every subcommand (negative,
+#            zero and huge numbers, unknown names, missing values, conflicting
+#            options): each exits 2 with one line on stderr naming the option,
+#            the value and the allowed range; --version
+#   bad      missing / empty / binary data, corrupt, truncated, foreign and
+#            mismatched checkpoints, NaN in a quantized weight (fp8) and in the
+#            loss (bf16): each exits 1 with a clear one-line message, and the
+#            checkpoint already on disk is byte-for-byte untouched
+#   rundir   the run directory: a second run on it is refused while the first
+#            holds its lock; SIGTERM / SIGINT end a run with a checkpoint of
+#            the step reached (exit 143 / 130), and the resumed run ends
+#            bit-identical to an uninterrupted one (also with 2 data-parallel
+#            ranks); stale temporary files are removed; a resume never logs a
+#            step twice in metrics.jsonl; a metrics or checkpoint write failure
+#            stops the run with a message that says what is on disk; progress
+#            and banner lines reach a file as they are printed
 #   tools    plot writes a PNG, sample and tokenize work from a checkpoint
 #   cuda     --device cuda (exit 77, skipped, without a GPU): a run stopped and
 #            resumed on the GPU is bit-identical to an uninterrupted one, its
@@ -24,7 +35,7 @@
 #            one rank bit-identical to the plain GPU run; with 2 GPUs, the
 #            checks of `dp` on the GPUs
 #
-#   bash tests/train/test_cli.sh build/tools/blockfp8 [resume|bad|tools|cuda|dp|dp_cuda]
+#   bash tests/train/test_cli.sh build/tools/blockfp8 [usage|resume|bad|rundir|tools|cuda|dp|dp_cuda]
 #   (ctest runs each group as train_cli_<group>)
 set -uo pipefail
 
@@ -45,24 +56,40 @@ cat "$src"/src/model/*.c "$src"/src/train/*.c >corpus.txt
 common=(--data corpus.txt --tokenizer tok.bin --vocab-size 320 --batch 2 --seq 32
         --eval-every 2 --eval-batches 1 --sample-tokens 0 --threads 2)
 
-# expect_fail "what" "message substring" args...: non-zero exit, the substring on stderr.
-expect_fail() {
-    local what="$1" needle="$2"
-    shift 2
+# expect_exit CODE "what" "message substring" args...: exit code CODE, the substring on stderr,
+# which holds one line (two for a failure after a progress line).
+expect_exit() {
+    local want="$1" what="$2" needle="$3"
+    shift 3
     checks=$((checks + 1))
     "$bin" "$@" >out.txt 2>err.txt
     local rc=$?
-    if [[ $rc -eq 0 ]]; then
-        fail "$what: exit 0, expected a failure"
-    elif [[ $rc -ge 126 ]]; then
-        fail "$what: exit $rc (a crash?)"
+    if [[ $rc -ne $want ]]; then
+        fail "$what: exit $rc, expected $want: $(head -c 300 err.txt)"
     elif ! grep -qF -- "$needle" err.txt; then
         fail "$what: stderr lacks '$needle': $(cat err.txt)"
-    elif [[ $(wc -l <err.txt) -gt 2 ]]; then
-        fail "$what: more than a line or two on stderr: $(cat err.txt)"
+    elif [[ $(wc -l <err.txt) -gt 2 || ($want -eq 2 && $(wc -l <err.txt) -ne 1) ]]; then
+        fail "$what: more than one line on stderr: $(cat err.txt)"
     else
         echo "ok   $what: rc $rc: $(tail -n 1 err.txt)"
     fi
+}
+
+# expect_fail "what" "message substring" args...: a failure of the run (exit 1), not of the command line.
+expect_fail() { expect_exit 1 "$@"; }
+
+# expect_usage "message substring" args...: a bad command line (exit 2), named by its arguments.
+expect_usage() {
+    local needle="$1"
+    shift
+    expect_exit 2 "${1:-(nothing)} ... ${*: -2}" "$needle" "$@"
+}
+
+check() { # check "what" command...: the command succeeds
+    local what="$1"
+    shift
+    checks=$((checks + 1))
+    if "$@"; then echo "ok   $what"; else fail "$what"; fi
 }
 
 expect_ok() {
@@ -133,21 +160,7 @@ test_bad_input() {
         train "${common[@]}" --steps 6 --stop-at 2 --checkpoint-dir good || return
     cp good/checkpoint.bin reference.bin
 
-    expect_fail "unknown command" "unknown command 'trian'" trian
-    expect_fail "unknown option" "unknown option '--stpes'" train "${common[@]}" --stpes 5 --checkpoint-dir good
-    expect_fail "non-numeric value" "--steps expects an integer, got '5x'" train "${common[@]}" --steps 5x --checkpoint-dir good
-    expect_fail "non-finite float" "--lr expects a finite number" train "${common[@]}" --lr nan --checkpoint-dir good
-    expect_fail "missing value" "--batch needs a value" train --batch
-    expect_fail "out-of-range value" "--steps must be >= 1" train "${common[@]}" --steps 0 --checkpoint-dir fresh
-    expect_fail "unknown recipe" "unknown --recipe 'fp4'" train "${common[@]}" --recipe fp4 --checkpoint-dir good
-    expect_fail "unknown model" "unknown --model 'huge'" train "${common[@]}" --model huge --checkpoint-dir good
-    expect_fail "unknown device" "unknown --device 'tpu'" train "${common[@]}" --device tpu --checkpoint-dir good
-    expect_fail "tf32 on the CPU" "--tf32 needs --device cuda" train "${common[@]}" --tf32 --checkpoint-dir good
-    expect_fail "flash attention on the CPU" "--flash-attention needs --device cuda" train "${common[@]}" \
-        --flash-attention --checkpoint-dir good
-    expect_fail "seq above the preset" "exceeds the tiny model's 128" train "${common[@]}" --seq 129 --checkpoint-dir fresh
-
-    expect_fail "a fresh run over an existing checkpoint" "good/checkpoint.bin already holds a run (step 2 of 6)" \
+    expect_exit 2 "a fresh run over an existing checkpoint" "good/checkpoint.bin already holds a run (step 2 of 6)" \
         train "${common[@]}" --steps 6 --checkpoint-dir good
     expect_fail "missing data" "cannot open 'no_such_corpus.txt'" \
         train "${common[@]}" --data no_such_corpus.txt --checkpoint-dir fresh
@@ -160,6 +173,19 @@ test_bad_input() {
         train "${common[@]}" --data empty.txt --checkpoint-dir fresh
     head -c 150 corpus.txt >short.txt
     expect_fail "too little data" "too few" train "${common[@]}" --data short.txt --checkpoint-dir fresh
+    # A binary file as the corpus (this program: mostly control bytes and invalid UTF-8).
+    expect_fail "binary data, no tokenizer yet" "does not look like text" \
+        train "${common[@]}" --data "$bin" --tokenizer tok_binary.bin --checkpoint-dir fresh
+    expect_fail "binary data, existing tokenizer" "does not look like text" \
+        train "${common[@]}" --data "$bin" --checkpoint-dir fresh
+    expect_fail "tokenize train on binary data" "does not look like text" \
+        tokenize train --data "$bin" --vocab-size 300 --out tok_binary.bin
+    check "no tokenizer was trained on the binary data" test ! -e tok_binary.bin
+    # Text with a few percent of control bytes trains, with a warning.
+    LC_ALL=C tr ';,' '\001\002' <corpus.txt >control.txt
+    expect_ok "text with a few control bytes" train "${common[@]}" --data control.txt --tokenizer tok_control.bin \
+        --steps 1 --checkpoint-dir control
+    check "... is warned about" grep -qF "warning: data file 'control.txt':" err.txt
     printf 'not a tokenizer' >bad_tok.bin
     expect_fail "corrupt tokenizer" "not a blockfp8 tokenizer" \
         train "${common[@]}" --tokenizer bad_tok.bin --checkpoint-dir fresh
@@ -195,12 +221,247 @@ test_bad_input() {
     checks=$((checks + 1))
     if ls good | grep -q tmp; then fail "a temporary file was left in good/: $(ls good)"; else echo "ok   no temporary files left"; fi
 
-    expect_fail "plot without files" "give at least one metrics file" plot --out x.png
     expect_fail "plot of a missing file" "cannot open metrics file 'nope.jsonl'" plot --out x.png nope.jsonl
     expect_fail "sample from a corrupt checkpoint" "checksum mismatch" \
         sample --checkpoint payload.bin --tokenizer tok.bin
-    expect_fail "sample on an unknown device" "unknown --device 'tpu'" \
-        sample --checkpoint reference.bin --tokenizer tok.bin --device tpu
+}
+
+# ---------------------------------------------------------------------------
+# Bad command lines: each exits 2 before anything is read or written, with one line on stderr.
+test_usage() {
+    local t=(train "${common[@]}" --checkpoint-dir refused)
+    expect_usage "--steps must be between 1 and 1000000000 (got -5)" "${t[@]}" --steps -5
+    expect_usage "--steps must be between 1 and 1000000000 (got 0)" "${t[@]}" --steps 0
+    expect_usage "--batch must be between 1 and 4096 (got -1)" "${t[@]}" --batch -1
+    expect_usage "--batch must be between 1 and 4096 (got 100000)" "${t[@]}" --batch 100000
+    expect_usage "--seq must be between 1 and 65536 (got -3)" "${t[@]}" --seq -3
+    expect_usage "--seq 129 exceeds the tiny model's 128" "${t[@]}" --seq 129
+    expect_usage "--warmup must be between 0 and 1000000000 (got -1)" "${t[@]}" --warmup -1
+    expect_usage "--eval-every must be between 0 and 1000000000 (got -2)" "${t[@]}" --eval-every -2
+    expect_usage "--eval-batches must be between 1 and 1000000 (got 0)" "${t[@]}" --eval-batches 0
+    expect_usage "--checkpoint-every must be between 0 and 1000000000 (got -1)" "${t[@]}" --checkpoint-every -1
+    expect_usage "--vocab-size must be between 256 and 65536 (got -7)" "${t[@]}" --vocab-size -7
+    expect_usage "--vocab-size must be between 256 and 65536 (got 100)" "${t[@]}" --vocab-size 100
+    expect_usage "--grad-accum must be between 1 and 1024 (got 1000000000)" "${t[@]}" --grad-accum 1000000000
+    expect_usage "--grad-accum must be between 1 and 1024 (got 0)" "${t[@]}" --grad-accum 0
+    expect_usage "--threads must be between 0 and 1024 (got 100000)" "${t[@]}" --threads 100000
+    expect_usage "--threads must be between 0 and 1024 (got -1)" "${t[@]}" --threads -1
+    expect_usage "--log-every must be between 1 and 1000000000 (got 0)" "${t[@]}" --log-every 0
+    expect_usage "--stop-at must be between 1 and 1000000000 (got -1)" "${t[@]}" --stop-at -1
+    expect_usage "--data-parallel must be between 1 and 64 (got 65)" "${t[@]}" --data-parallel 65
+    expect_usage "--sample-tokens must be between 0 and 1000000 (got -1)" "${t[@]}" --sample-tokens -1
+    expect_usage "--top-k must be between 0 and 65536 (got -1)" "${t[@]}" --top-k -1
+    expect_usage "--seed must be between 0 and 9223372036854775807 (got -1)" "${t[@]}" --seed -1
+    expect_usage "--inject-nonfinite must be between 1 and 1000000000 (got 0)" "${t[@]}" --inject-nonfinite 0
+    expect_usage "--lr must be > 0 and <= 10 (got 0)" "${t[@]}" --lr 0
+    expect_usage "--lr must be > 0 and <= 10 (got -0.001)" "${t[@]}" --lr=-1e-3
+    expect_usage "--min-lr must be between 0 and 10 (got -1)" "${t[@]}" --min-lr -1
+    expect_usage "--weight-decay must be between 0 and 10 (got -0.1)" "${t[@]}" --weight-decay -0.1
+    expect_usage "--clip must be between 0 and 1000000 (got -1)" "${t[@]}" --clip -1
+    expect_usage "--temperature must be between 0 and 100 (got -1)" "${t[@]}" --temperature -1
+    expect_usage "--steps expects an integer, got '99999999999999999999'" "${t[@]}" --steps 99999999999999999999
+    expect_usage "--steps expects an integer, got '5x'" "${t[@]}" --steps 5x
+    expect_usage "--steps expects an integer, got ''" "${t[@]}" --steps=
+    expect_usage "--lr expects a finite number, got 'nan'" "${t[@]}" --lr nan
+    expect_usage "--lr expects a finite number, got '1e999'" "${t[@]}" --lr 1e999
+    expect_usage "--batch needs a value (N)" train --batch
+    expect_usage "unknown option '--stpes'" "${t[@]}" --stpes 5
+    expect_usage "unknown option '-x'" "${t[@]}" -x
+    expect_usage "--overwrite takes no value" "${t[@]}" --overwrite=yes
+    expect_usage "unexpected argument 'extra'" "${t[@]}" extra
+    expect_usage "unknown --recipe 'fp4'" "${t[@]}" --recipe fp4
+    expect_usage "unknown --model 'huge'" "${t[@]}" --model huge
+    expect_usage "unknown --device 'tpu'" "${t[@]}" --device tpu
+    expect_usage "--tf32 needs --device cuda" "${t[@]}" --tf32
+    expect_usage "--flash-attention needs --device cuda" "${t[@]}" --flash-attention
+    check "a refused command line creates no run directory" test ! -e refused
+
+    expect_usage "missing command" # no arguments at all
+    expect_usage "unknown command 'trian'" trian
+    expect_usage "unknown command '--versoin'" --versoin
+    checks=$((checks + 1))
+    local version
+    version=$(sed -n 's/^project(blockfp8 VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")
+    if [[ "$("$bin" --version 2>&1)" == "blockfp8 $version" ]]; then
+        echo "ok   --version: blockfp8 $version"
+    else
+        fail "--version printed '$("$bin" --version 2>&1)', expected 'blockfp8 $version' (CMakeLists.txt)"
+    fi
+
+    expect_usage "--checkpoint FILE is required" sample
+    expect_usage "--tokens must be between 0 and 1000000 (got -1)" sample --checkpoint x.bin --tokens -1
+    expect_usage "--top-k must be between 0 and 65536 (got -1)" sample --checkpoint x.bin --top-k -1
+    expect_usage "--temperature must be between 0 and 100 (got -1)" sample --checkpoint x.bin --temperature -1
+    expect_usage "--seed must be between 0 and 9223372036854775807 (got -2)" sample --checkpoint x.bin --seed -2
+    expect_usage "unknown --device 'tpu'" sample --checkpoint x.bin --device tpu
+    expect_usage "unknown --recipe 'fp4'" sample --checkpoint x.bin --recipe fp4
+
+    expect_ok "a tokenizer for the decode checks" tokenize train --data corpus.txt --vocab-size 320 --out tok.bin
+    expect_usage "say train, encode or decode" tokenize
+    expect_usage "unknown action 'frob'" tokenize frob
+    expect_usage "--vocab-size must be between 256 and 65536 (got 100)" tokenize train --vocab-size 100
+    expect_usage "train takes no positional arguments" tokenize train extra
+    expect_usage "--tokenizer FILE is required" tokenize encode --text hi
+    expect_usage "encode needs --text TEXT or one FILE" tokenize encode --tokenizer tok.bin
+    expect_usage "'99999' is not a token id in [0, 320)" tokenize decode --tokenizer tok.bin 1 99999
+    expect_usage "'x7' is not a token id in [0, 320)" tokenize decode --tokenizer tok.bin 1 x7
+
+    expect_usage "give at least one metrics file" plot
+    expect_usage "--width must be between 320 and 8192 (got 10)" plot --width 10 a.jsonl
+    expect_usage "--height must be between 240 and 8192 (got 100000)" plot --height 100000 a.jsonl
+    expect_usage "--smooth must be >= 0 and < 1 (got 1)" plot --smooth 1 a.jsonl
+    expect_usage "--ymin expects a finite number, got 'inf'" plot --ymin inf a.jsonl
+    expect_usage "unexpected argument 'g.jsonl'" plot a.jsonl b.jsonl c.jsonl d.jsonl e.jsonl f.jsonl g.jsonl
+}
+
+# ---------------------------------------------------------------------------
+# The run directory: one run at a time, signals, stale files, metrics.
+
+# wait_for FILE PATTERN SECONDS: until FILE has a line matching PATTERN (extended regex).
+wait_for() {
+    local deadline=$((SECONDS + $3))
+    until grep -qE -- "$2" "$1" 2>/dev/null; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.05
+    done
+}
+
+# each_step_once "what" metrics.jsonl: every train and val step is logged once, every line is a whole JSON object.
+each_step_once() {
+    checks=$((checks + 1))
+    local dup bad
+    dup=$(sed -n 's/.*"type":"\(train\|val\)","step":\([0-9]*\),.*/\1 \2/p' "$2" | sort | uniq -d | tr '\n' ' ')
+    bad=$(grep -cvE '^\{.*\}$' "$2")
+    if [[ -z $dup && $bad -eq 0 ]]; then
+        echo "ok   $1"
+    else
+        fail "$1: steps logged twice: '$dup'; lines that are not a JSON object: $bad"
+    fi
+}
+
+test_run_dir() {
+    # Two runs on one directory: the second is refused while the first holds it. The first one also
+    # shows that stdout going to a file gets the banner at once (line buffering), before step 1 ends
+    # (64 micro-batches take a second or more).
+    local slow=(train "${common[@]}" --threads 1 --grad-accum 64 --steps 100000 --log-every 1 --eval-every 0
+                --checkpoint-every 2)
+    "$bin" "${slow[@]}" --checkpoint-dir locked >a_out.txt 2>a_err.txt &
+    local pid=$!
+    checks=$((checks + 1))
+    if wait_for a_out.txt '^run:' 60; then
+        if grep -q '^step ' a_out.txt; then
+            fail "the banner reached the file only with the first progress line: $(cat a_out.txt)"
+        else
+            echo "ok   the banner reaches a file before the first step ends"
+        fi
+    else
+        fail "no banner from the first run after 60 s: $(cat a_out.txt a_err.txt)"
+    fi
+    local t0=$SECONDS
+    until [[ -f locked/checkpoint.bin || $((SECONDS - t0)) -gt 120 ]]; do sleep 0.05; done
+    [[ -f locked/checkpoint.bin ]] || fail "the first run wrote no checkpoint: $(cat a_out.txt a_err.txt)"
+    expect_fail "a second run on a directory in use" "run directory 'locked' is in use by another run (pid $pid)" \
+        train "${common[@]}" --steps 2 --overwrite --checkpoint-dir locked
+    expect_fail "a resume on a directory in use" "run directory 'locked' is in use by another run" \
+        train "${common[@]}" --steps 2 --resume --checkpoint-dir locked
+    # SIGTERM: the step in progress ends, a checkpoint of it is written, exit 143.
+    kill -TERM "$pid"
+    wait "$pid"
+    local rc=$? k
+    k=$(sed -n 's/.*stopped by SIGTERM after step \([0-9]*\);.*/\1/p' a_err.txt)
+    checks=$((checks + 1))
+    if [[ $rc -eq 143 && -n $k && -f locked/checkpoint.bin ]]; then
+        echo "ok   SIGTERM: exit 143, checkpoint of step $k: $(cat a_err.txt)"
+    else
+        fail "SIGTERM: rc $rc (143 expected), stderr: $(cat a_err.txt); files: $(ls locked)"
+        k=2
+    fi
+    expect_ok "resumed after SIGTERM, to step $((k + 2))" train "${common[@]}" --threads 1 --eval-every 0 \
+        --checkpoint-every 2 --log-every 1 --resume --stop-at $((k + 2)) --checkpoint-dir locked
+    expect_ok "the same steps uninterrupted" "${slow[@]}" --stop-at $((k + 2)) --checkpoint-dir unlocked
+    same_file "stopped by SIGTERM + resumed is bit-identical to uninterrupted" unlocked/checkpoint.bin \
+        locked/checkpoint.bin
+    losses_same "... and logged the same losses" unlocked/metrics.jsonl locked/metrics.jsonl
+    each_step_once "... each step once" locked/metrics.jsonl
+
+    # SIGINT to a run of 2 data-parallel ranks (the supervisor takes the lock and passes the signal on). A
+    # background job of a script ignores SIGINT unless job control is on.
+    local dp=(train "${common[@]}" --batch 1 --data-parallel 2 --threads 1 --grad-accum 32 --steps 100000
+              --log-every 1 --eval-every 0 --checkpoint-every 0)
+    set -m
+    "$bin" "${dp[@]}" --checkpoint-dir dpint >b_out.txt 2>b_err.txt &
+    pid=$!
+    set +m
+    wait_for b_out.txt '^step +2/' 120 || fail "the 2-rank run did not reach step 2: $(cat b_out.txt b_err.txt)"
+    expect_fail "a second run on a directory held by 2 ranks" "run directory 'dpint' is in use by another run" \
+        train "${common[@]}" --steps 2 --overwrite --checkpoint-dir dpint
+    kill -INT "$pid"
+    wait "$pid"
+    rc=$?
+    k=$(sed -n 's/.*stopped by SIGINT after step \([0-9]*\);.*/\1/p' b_err.txt)
+    checks=$((checks + 1))
+    if [[ $rc -eq 130 && -n $k && -f dpint/checkpoint.bin ]]; then
+        echo "ok   SIGINT to 2 ranks: exit 130, checkpoint of step $k: $(cat b_err.txt)"
+    else
+        fail "SIGINT to 2 ranks: rc $rc (130 expected), stderr: $(cat b_err.txt); files: $(ls dpint)"
+        k=2
+    fi
+    expect_ok "2 ranks resumed after SIGINT" train "${common[@]}" --batch 1 --threads 1 --eval-every 0 \
+        --checkpoint-every 0 --resume --stop-at $((k + 2)) --checkpoint-dir dpint
+    expect_ok "2 ranks, the same steps uninterrupted" "${dp[@]}" --stop-at $((k + 2)) --checkpoint-dir dpref
+    same_file "2 ranks: stopped by SIGINT + resumed is bit-identical to uninterrupted" dpref/checkpoint.bin \
+        dpint/checkpoint.bin
+    each_step_once "2 ranks: each step once" dpint/metrics.jsonl
+
+    # A temporary file of a run that died while writing is removed by the next run on the directory.
+    expect_ok "a run to step 2" train "${common[@]}" --steps 6 --stop-at 2 --checkpoint-dir stale || return
+    printf 'half a checkpoint' >stale/checkpoint.bin.tmp.4194303
+    printf 'a file of the user' >stale/notes.tmp.1
+    expect_ok "resumed over a stale temporary file" train "${common[@]}" --resume --stop-at 3 --checkpoint-dir stale
+    check "the stale temporary file is gone" test ! -e stale/checkpoint.bin.tmp.4194303
+    check "... and nothing else" test -e stale/notes.tmp.1
+    check "... and its removal is reported" grep -qF "removed stale/checkpoint.bin.tmp.4194303" out.txt
+
+    # A run that fails between checkpoints (checkpoint at 2, steps 1-3 logged, a NaN at 4), resumed:
+    # metrics.jsonl logs every step once (a half line at its end too is dropped), with the losses of a
+    # run that never failed.
+    expect_ok "uninterrupted, 6 steps, checkpoint every 2" train "${common[@]}" --steps 6 --checkpoint-every 2 \
+        --checkpoint-dir nodup_ref || return
+    expect_fail "the same run, a NaN at step 4" "non-finite value" train "${common[@]}" --steps 6 --checkpoint-every 2 \
+        --inject-nonfinite 4 --checkpoint-dir nodup
+    grep -q '"step":3,' nodup/metrics.jsonl || fail "the failed run did not log step 3"
+    printf '{"type":"train","st' >>nodup/metrics.jsonl
+    expect_ok "resumed from the checkpoint of step 2" train "${common[@]}" --resume --checkpoint-dir nodup
+    each_step_once "resumed: each step once" nodup/metrics.jsonl
+    losses_same "resumed: the losses of the run that never failed" nodup_ref/metrics.jsonl nodup/metrics.jsonl
+
+    # Metrics that cannot be written stop the run (exit 1), like a checkpoint that cannot be written.
+    if [[ -w /dev/full ]]; then
+        expect_fail "metrics on a full disk" "cannot write metrics file '/dev/full': No space left on device" \
+            train "${common[@]}" --steps 4 --metrics /dev/full --checkpoint-dir full
+    fi
+    # A checkpoint that cannot be written (a file size limit of 1 MB): the message says what is on disk.
+    checks=$((checks + 1))
+    (trap '' XFSZ; ulimit -f 1024; exec "$bin" train "${common[@]}" --steps 2 --checkpoint-dir fsize) >out.txt 2>err.txt
+    rc=$?
+    if [[ $rc -eq 1 ]] && grep -qF "cannot write 'fsize/checkpoint.bin': File too large (there was none before)" \
+            err.txt &&
+       ! grep -q untouched err.txt && [[ -z $(ls fsize | grep tmp) ]]; then
+        echo "ok   a checkpoint that cannot be written, none before: $(cat err.txt)"
+    else
+        fail "a checkpoint that cannot be written, none before: rc $rc: $(cat err.txt); files: $(ls fsize)"
+    fi
+    expect_ok "a run to step 2" train "${common[@]}" --steps 4 --stop-at 2 --checkpoint-dir fsize2 || return
+    cp fsize2/checkpoint.bin fsize2_step2.bin
+    checks=$((checks + 1))
+    (trap '' XFSZ; ulimit -f 1024; exec "$bin" train "${common[@]}" --resume --checkpoint-dir fsize2) >out.txt 2>err.txt
+    rc=$?
+    if [[ $rc -eq 1 ]] && grep -qF "File too large (the previous file is untouched)" err.txt &&
+       cmp -s fsize2_step2.bin fsize2/checkpoint.bin; then
+        echo "ok   a checkpoint that cannot be written over an earlier one: $(cat err.txt)"
+    else
+        fail "a checkpoint that cannot be written over an earlier one: rc $rc: $(cat err.txt)"
+    fi
 }
 
 # ---------------------------------------------------------------------------
@@ -324,7 +585,7 @@ data_parallel_checks() {
 
 test_data_parallel() {
     data_parallel_checks cpu
-    expect_fail "--data-parallel 0" "--data-parallel must be between 1 and 64 (got 0)" \
+    expect_exit 2 "--data-parallel 0" "--data-parallel must be between 1 and 64 (got 0)" \
         train "${common[@]}" --data-parallel 0 --checkpoint-dir dpbad
     local have
     have=$("$bin" train "${common[@]}" --device cuda --steps 1 --checkpoint-dir probe 2>&1 >/dev/null |
@@ -353,10 +614,12 @@ case "$group" in
     cuda) test_cuda ;;
     dp) test_data_parallel ;;
     dp_cuda) test_data_parallel_cuda ;;
+    usage) test_usage ;;
     resume) test_resume ;;
     bad) test_bad_input ;;
+    rundir) test_run_dir ;;
     tools) test_tools ;;
-    all) test_resume; test_bad_input; test_tools ;;
+    all) test_usage; test_resume; test_bad_input; test_run_dir; test_tools ;;
     *) echo "unknown group '$group'" >&2; exit 2 ;;
 esac
 echo "train_cli ($group): $checks checks, $failures failed"
