@@ -14,8 +14,8 @@
 #
 # Binaries taken from both builds: bench/gemm/bench_gemm, bench/gemm/bench_grouped,
 # bench/quantize/bench_quantize, bench/linear/bench_linear. From the candidate
-# only: tests/gpu_gemm/test_gemm_gpu, tests/gemm_grouped/test_gemm_grouped_gpu,
-# tests/gpu_quantize/{gpu_quantize,gpu_convert,gpu_quantize_formats}.
+# only: tests/gemm/test_gemm_gpu, tests/gemm/test_gemm_grouped_gpu,
+# tests/quantize/{gpu_quantize,gpu_convert}, tests/formats/gpu_quantize_formats.
 # Writes 2 files into <out-dir>: summary.txt (verdicts and ratios, printed
 # last) and logs.tar.gz (every step's log and JSON). Exit code: 0 when every
 # test passed and every benchmark ran, else 1.
@@ -43,8 +43,8 @@ done
 export LD_LIBRARY_PATH
 
 benches="bench/gemm/bench_gemm bench/gemm/bench_grouped bench/quantize/bench_quantize bench/linear/bench_linear"
-tests="tests/gpu_gemm/test_gemm_gpu tests/gemm_grouped/test_gemm_grouped_gpu tests/gpu_quantize/gpu_quantize
-       tests/gpu_quantize/gpu_convert tests/gpu_quantize/gpu_quantize_formats"
+tests="tests/gemm/test_gemm_gpu tests/gemm/test_gemm_grouped_gpu tests/quantize/gpu_quantize
+       tests/quantize/gpu_convert tests/formats/gpu_quantize_formats"
 missing=0
 for b in $benches; do
     for build in "$base" "$cand"; do
@@ -76,11 +76,11 @@ step() {
 }
 
 # --- the candidate's GPU tests ----------------------------------------------
-step test_gemm_gpu 300 "$cand/tests/gpu_gemm/test_gemm_gpu"
-step test_gemm_grouped_gpu 120 "$cand/tests/gemm_grouped/test_gemm_grouped_gpu" cuda
-step gpu_quantize 120 "$cand/tests/gpu_quantize/gpu_quantize"
-step gpu_convert 120 "$cand/tests/gpu_quantize/gpu_convert"
-step gpu_quantize_formats 60 "$cand/tests/gpu_quantize/gpu_quantize_formats"
+step test_gemm_gpu 300 "$cand/tests/gemm/test_gemm_gpu"
+step test_gemm_grouped_gpu 120 "$cand/tests/gemm/test_gemm_grouped_gpu" cuda
+step gpu_quantize 120 "$cand/tests/quantize/gpu_quantize"
+step gpu_convert 120 "$cand/tests/quantize/gpu_convert"
+step gpu_quantize_formats 60 "$cand/tests/formats/gpu_quantize_formats"
 
 # --- benchmarks, both builds interleaved ------------------------------------
 # bench NAME BUILD-TAG ROUND: one run of benchmark NAME of one build.

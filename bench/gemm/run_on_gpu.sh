@@ -18,7 +18,7 @@ mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
 
-test_bin="$build/tests/gpu_gemm_bf16/gpu_gemm_bf16"
+test_bin="$build/tests/gemm/gpu_gemm_bf16"
 gemm_bin="$build/bench/gemm/bench_gemm"
 linear_bin="$build/bench/linear/bench_linear"
 

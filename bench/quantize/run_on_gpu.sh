@@ -15,7 +15,7 @@
 #
 #   bench/quantize/run_on_gpu.sh <build-dir> <out-dir>
 #
-# Takes <build-dir>/tests/gpu_quantize/{gpu_quantize,gpu_convert,gpu_quantize_formats}
+# Takes <build-dir>/tests/quantize/{gpu_quantize,gpu_convert}, tests/formats/gpu_quantize_formats
 # and <build-dir>/bench/quantize/bench_quantize. Writes at most 5 files into
 # <out-dir>: summary.txt, bench_quantize.log, bench_quantize.json,
 # logs.tar.gz (every step's full log), sanitizer_tail.txt.
@@ -31,9 +31,9 @@ summary="$out/summary.txt"
 : > "$summary"
 t_start=$(date +%s)
 
-tdir="$build/tests/gpu_quantize"
+tdir="$build/tests/quantize"
 bdir="$build/bench/quantize"
-for b in "$tdir/gpu_quantize" "$tdir/gpu_convert" "$tdir/gpu_quantize_formats" "$bdir/bench_quantize"; do
+for b in "$tdir/gpu_quantize" "$tdir/gpu_convert" "$build/tests/formats/gpu_quantize_formats" "$bdir/bench_quantize"; do
     if [ ! -x "$b" ]; then
         echo "MISSING BINARY: $b (build it first: cmake --build <build> --target gpu_quantize gpu_convert gpu_quantize_formats bench_quantize)" | tee -a "$summary"
         exit 1
@@ -101,7 +101,7 @@ lane1=$!
 ) &
 lane2=$!
 (
-    step gpu_quantize_formats 40 "$tdir/gpu_quantize_formats"
+    step gpu_quantize_formats 40 "$build/tests/formats/gpu_quantize_formats"
     step gpu_convert 70 "$tdir/gpu_convert"
     step gpu_quantize 120 "$tdir/gpu_quantize"
 ) &

@@ -4,7 +4,7 @@ over numpy arrays:
     BLOCKFP8_LIBRARY=build/libblockfp8.so PYTHONPATH=python python3 tests/python/test_binding.py
 
 - quantizers: codes, scale bits and the non-finite flag equal to the numpy
-  oracle of tests/oracle (bit for bit), every layout, bf16 and f32, ragged;
+  oracle of tests/quantize (bit for bit), every layout, bf16 and f32, ragged;
 - GEMMs: against fp64 products of the same fp8 data (SQNR >= 40 dB, and
   in every 128 x 128 output tile), accumulation; the grouped (mixture of
   experts) GEMMs expert by expert;
@@ -21,7 +21,8 @@ import os
 import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(here, "..", "oracle"))
+sys.path.insert(0, os.path.join(here, "..", "common"))
+sys.path.insert(0, os.path.join(here, "..", "quantize"))
 sys.path.insert(0, os.path.join(here, "..", "..", "python"))
 import bfp8_lib  # noqa: E402
 

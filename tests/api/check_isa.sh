@@ -6,7 +6,7 @@
 # A stray -march flag or an unguarded intrinsic would put them elsewhere and
 # crash a CI machine without AVX2 with SIGILL.
 #
-#   tests/reference/check_isa.sh build/libblockfp8.so
+#   tests/api/check_isa.sh build/libblockfp8.so
 set -euo pipefail
 lib=${1:?usage: check_isa.sh path/to/libblockfp8.so}
 if [[ $(uname -m) != x86_64 ]]; then echo "SKIP: not x86-64"; exit 77; fi

@@ -7,7 +7,7 @@
  * even) to the bf16 forms' outputs bit for bit. Ragged shapes, token counts
  * below max_tokens, accumulate on and off, dx skipped.
  *
- *   build/tests/gpu_linear/test_linear_gpu
+ *   build/tests/linear/test_linear_gpu
  */
 #include <string.h>
 

@@ -3,7 +3,7 @@ quantizers, written in numpy + ml_dtypes from the formulas of docs/RECIPE.md
 section 3, compared bit for bit (codes, scale bits, the non-finite flag) with
 the C reference, called through ctypes:
 
-    python3 tests/oracle/quantize_oracle.py build/libblockfp8.so
+    python3 tests/quantize/quantize_oracle.py build/libblockfp8.so
 
 Covers ragged shapes, bf16 and f32 inputs, pow2 on and off, zero blocks,
 outliers, NaN/Inf, tiny and huge groups, padded leading dimensions (whose
@@ -14,7 +14,7 @@ Exit code: 0 all equal, 1 a difference, 77 skipped (modules missing, not CI).
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import bfp8_lib as B  # noqa: E402
 
 B.require_modules()

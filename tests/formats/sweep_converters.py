@@ -3,7 +3,7 @@ blockfp8 (bfp8_convert_host, i.e. formats.h) against the independent oracle
 ml_dtypes, on EVERY one of the 2^32 fp32 bit patterns, plus every e4m3, e5m2
 and bf16 code decoded to fp32.
 
-    python3 tests/oracle/sweep_converters.py build/libblockfp8.so [--chunks N]
+    python3 tests/formats/sweep_converters.py build/libblockfp8.so [--chunks N]
 
 The oracle for the saturating fp8 conversions is ml_dtypes' cast of the value
 clamped to +-max finite (docs/RECIPE.md section 2: a plain cast does not
@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "common"))
 import bfp8_lib as B  # noqa: E402
 
 B.require_modules()

@@ -9,9 +9,9 @@
  *   - the quantizer's branch-free e4m3 encoder (src/cpu/encode_branchless.h)
  *     equals bfp8_f32_to_e4m3 on all 2^32 fp32 inputs.
  * The exhaustive sweep of the converters against ml_dtypes is
- * tests/oracle/sweep_converters.py.
+ * tests/formats/sweep_converters.py.
  *
- *   build/tests/reference/test_formats
+ *   build/tests/formats/test_formats
  */
 #include <math.h>
 #include <string.h>

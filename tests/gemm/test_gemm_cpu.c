@@ -8,7 +8,7 @@
  * bf16 out) and the bf16 GEMM (all four transposes, accumulate, bf16 out).
  * Also: output padding is never written, and a NaN group reaches the output.
  *
- *   build/tests/reference/test_gemm_cpu
+ *   build/tests/gemm/test_gemm_cpu
  */
 #include <math.h>
 #include <string.h>

@@ -9,7 +9,7 @@
  * the bar's reference are themselves checked against central finite
  * differences of an fp64 forward (rel err < 1e-3).
  *
- *   build/tests/reference/test_linear_cpu
+ *   build/tests/linear/test_linear_cpu
  */
 #include <math.h>
 #include <string.h>

@@ -7,8 +7,8 @@
  * (every finite code, with a zero row group at the start) and of random
  * scales, so that the whole grid needs one upload.
  *
- *   build/tests/gpu_gemm/test_gemm_grid            the whole grid, three kinds
- *   build/tests/gpu_gemm/test_gemm_grid --small    M <= 128, N, K <= 1024 (sized for compute-sanitizer)
+ *   build/tests/gemm/test_gemm_grid            the whole grid, three kinds
+ *   build/tests/gemm/test_gemm_grid --small    M <= 128, N, K <= 1024 (sized for compute-sanitizer)
  */
 #include <math.h>
 #include <string.h>

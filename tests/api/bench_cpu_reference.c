@@ -3,8 +3,8 @@
  * trainer leans on: the three GEMMs (GFLOP/s) and the quantizers (GB/s,
  * bytes read + written). Not a test; prints a table.
  *
- *   build/tests/reference/bench_cpu_reference            default shapes
- *   build/tests/reference/bench_cpu_reference M N K      one GEMM shape
+ *   build/tests/api/bench_cpu_reference            default shapes
+ *   build/tests/api/bench_cpu_reference M N K      one GEMM shape
  */
 #include <stdio.h>
 #include <stdlib.h>

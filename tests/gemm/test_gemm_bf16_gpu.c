@@ -5,7 +5,7 @@
  * f32 outputs, accumulation into a separate C and into a C that aliases D.
  *
  *   ctest --test-dir build -R gpu_gemm_bf16 --output-on-failure
- *   build/tests/gpu_gemm_bf16/gpu_gemm_bf16         (exit 77: no GPU, skipped)
+ *   build/tests/gemm/gpu_gemm_bf16         (exit 77: no GPU, skipped)
  *
  * Input padding (between cols and ld) holds NaN, so a kernel that reads it
  * poisons the result; output padding holds a sentinel that must survive, and

@@ -13,7 +13,7 @@
  * Shapes the CPU backend must accept (K not a multiple of 16, M = 1, padded
  * ld) are checked to succeed.
  *
- *   build/tests/reference/test_bad_input
+ *   build/tests/api/test_bad_input
  */
 #include <string.h>
 

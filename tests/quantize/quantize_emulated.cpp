@@ -3,7 +3,7 @@
  * (src/cuda/quantize_tiles_kernel.cuh) run on CPU threads and compared bit for bit
  * with the CPU reference: the kernel's indexing (tiles, swizzles, the tile
  * walk, ragged edges, the general path, every output mode) tested without a
- * GPU. tests/gpu_quantize/test_gpu_quantize.c is the same check on the GPU.
+ * GPU. tests/quantize/test_gpu_quantize.c is the same check on the GPU.
  *
  * The emulation: one fiber per CUDA thread, __syncthreads a barrier over
  * the CTA, __reduce_max_sync one over the warp, CTAs one after another
