@@ -3,7 +3,7 @@
  * the same function as bfp8_encode_e4m3 in formats/formats.h (round to
  * nearest even, saturating to +-448, NaN -> 0x7f), written without branches
  * so that the compiler vectorizes a loop of it. formats.h stays the
- * definition; tests/reference/test_formats.c checks that the two agree on all
+ * definition; tests/formats/test_formats.c checks that the two agree on all
  * 2^32 fp32 inputs.
  */
 #ifndef BFP8_ENCODE_BRANCHLESS_H

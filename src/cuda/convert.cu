@@ -5,7 +5,7 @@
  *
  * Both go through fp32, like src/cpu: decoding is formats.h's (exact, the
  * same code the CPU runs), encoding is the hardware's cvt.rn(.satfinite),
- * which tests/gpu_quantize checks bit for bit against formats.h over all
+ * which tests/quantize checks bit for bit against formats.h over all
  * 2^32 inputs. A thread handles 8 consecutive elements of a row, with one
  * vector access each way where the pointers and leading dimensions allow,
  * else scalar accesses (ragged row ends, odd layouts).

@@ -5,7 +5,7 @@
  *
  * with the transposes of include/blockfp8.h (a stored M x K, or K x M when
  * a_transposed; b stored N x K, or K x N when b_transposed), D bf16 or f32,
- * C f32 or NULL (it may alias D). Tested by tests/gpu_gemm_bf16, timed by
+ * C f32 or NULL (it may alias D). Tested by tests/gemm, timed by
  * bench/gemm and bench/linear.
  *
  * Row-major to cuBLASLt's column-major: a row-major R x C matrix with row

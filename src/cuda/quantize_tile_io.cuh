@@ -21,7 +21,7 @@
 
 namespace bfp8_quant {
 
-/* tests/gpu_quantize/quantize_emulated.cpp runs the kernel on CPU threads, to
+/* tests/quantize/quantize_emulated.cpp runs the kernel on CPU threads, to
  * check its indexing without a GPU, and supplies the instructions of
  * hopper.cuh itself. */
 #ifndef BFP8_QUANT_EMULATION

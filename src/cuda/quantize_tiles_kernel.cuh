@@ -76,7 +76,7 @@ __device__ __forceinline__ void transpose4x4_bytes(uint32_t (&w)[4]) {
 }
 
 /* formats.h's bfp8_scale_multiplier with the division spelled __fdiv_rn, so
- * no compiler flag can make it approximate; tests/gpu_quantize checks the
+ * no compiler flag can make it approximate; tests/quantize checks the
  * two on every finite amax. A non-finite amax gives a NaN multiplier, which
  * turns every code of the group into 0x7f, and a NaN scale. Returns 1 then. */
 __device__ __forceinline__ int group_multiplier(uint32_t amax_bits, int pow2, float &mult,
