@@ -30,7 +30,7 @@
  * the waits are short, and never on a CTA that has not started.
  */
 #include "cuda/attention_common.cuh"
-#include "cuda/attention_ptx.cuh"
+#include "cuda/hopper.cuh"
 
 namespace bfp8_attn {
 

@@ -26,7 +26,7 @@
  * log units: scale * max + log(sum).
  */
 #include "cuda/attention_common.cuh"
-#include "cuda/attention_ptx.cuh"
+#include "cuda/hopper.cuh"
 
 namespace bfp8_attn {
 
