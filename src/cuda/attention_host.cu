@@ -3,27 +3,13 @@
  * (bfp8_cuda_attention_*, internal.h) and the 4-D tensor maps the kernels
  * read q, k, v and d_o through. The kernels: attention_fwd.cu, attention_bwd.cu.
  */
-#include <cudaTypedefs.h>
-
 #include "cuda/attention_common.cuh"
-
-static PFN_cuTensorMapEncodeTiled_v12000 attention_map_encoder() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-    if (!fn) {
-        void *p = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
-    }
-    return fn;
-}
+#include "cuda/tensor_map.cuh"
 
 bfp8_status bfp8_attention_tensor_map(CUtensorMap *map, const uint16_t *base, int64_t head_dim, int64_t heads,
                                       int64_t seq, int64_t batch, int64_t row_stride, int box_rows,
                                       const char *what) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = attention_map_encoder();
+    PFN_cuTensorMapEncodeTiled_v12000 encode = bfp8_cuda_tensor_map_encoder();
     if (!encode) return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
     const cuuint64_t dims[4] = {(cuuint64_t)head_dim, (cuuint64_t)heads, (cuuint64_t)seq, (cuuint64_t)batch};
     const cuuint64_t strides[3] = {(cuuint64_t)head_dim * 2, (cuuint64_t)row_stride * 2,

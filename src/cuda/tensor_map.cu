@@ -5,7 +5,7 @@
 
 #include "cuda/tensor_map.cuh"
 
-static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+PFN_cuTensorMapEncodeTiled_v12000 bfp8_cuda_tensor_map_encoder() {
     static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
     if (!fn) {
         void *p = nullptr;
@@ -23,7 +23,7 @@ static bfp8_status tensor_map_tiled(CUtensorMap *map, cuuint32_t rank, CUtensorM
                                     uint64_t inner, uint64_t outer, uint64_t depth, uint64_t stride_bytes,
                                     uint64_t depth_stride_bytes, uint32_t box_inner, uint32_t box_outer,
                                     CUtensorMapSwizzle swizzle, const char *what) {
-    PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    PFN_cuTensorMapEncodeTiled_v12000 encode = bfp8_cuda_tensor_map_encoder();
     if (!encode) return bfp8_fail(BFP8_ERR_CUDA, "cuTensorMapEncodeTiled is not available from the driver");
     const cuuint64_t dims[3] = {inner, outer, depth};
     const cuuint64_t strides[2] = {stride_bytes, depth_stride_bytes};

@@ -6,8 +6,13 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include "cuda/cuda_common.cuh"
+
+/* The driver's cuTensorMapEncodeTiled (looked up once), or NULL where the driver lacks it: for maps of
+ * other ranks than below (attention_host.cu's 4-D ones). */
+PFN_cuTensorMapEncodeTiled_v12000 bfp8_cuda_tensor_map_encoder();
 
 /* A 2-D row-major tensor: `outer` rows of `inner` elements, rows
  * `stride_bytes` apart, read or written in boxes of box_outer rows x
