@@ -457,7 +457,7 @@ typedef enum bfp8_moe_score_fn {
 } bfp8_moe_score_fn;
 
 /* Rows of the permuted matrix for any routing of `tokens` tokens: every
- * expert's run padded to 128, at most round_down(T k + 127 E, 128). */
+ * expert's run padded to 128, at most round_down(T k + 127 min(T k, E), 128). */
 int64_t bfp8_moe_max_rows(int64_t tokens, int top_k, int num_experts);
 
 /*

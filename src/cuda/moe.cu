@@ -1,9 +1,10 @@
 /*
  * moe.cu - the CUDA mixture-of-experts ops, the twins of src/cpu/moe_cpu.c
- * (same signatures, same order of every floating-point operation; only
- * expf may differ from the host's, so scores and SwiGLU match to rounding
- * and everything else bit for bit). No atomics: every output element has
- * one writer and a fixed order of operations.
+ * (same signatures, same order of every floating-point operation, no
+ * contraction into fma where the host has none; only expf may differ from
+ * the host's, so scores and SwiGLU match to rounding and everything else bit
+ * for bit on the same inputs). No atomics: every output element has one
+ * writer and a fixed order of operations.
  *
  *   route           a warp per token: scores, then k rounds of a warp arg-max
  *                   (value, then lower index); score sums a thread per expert
@@ -126,9 +127,9 @@ __global__ void route_backward_kernel(const float *__restrict__ scores, const in
             for (int j = 0; j < k; ++j) sum += s[ex[j]];
             for (int j = 0; j < k; ++j) dot = fmaf(dw[j], s[ex[j]], dot);
             const float mean = dot / sum;
-            for (int j = 0; j < k; ++j) g[ex[j]] += scale * ((dw[j] - mean) / sum);
+            for (int j = 0; j < k; ++j) g[ex[j]] += __fmul_rn(scale, (dw[j] - mean) / sum); /* no fma: as the host */
         } else {
-            for (int j = 0; j < k; ++j) g[ex[j]] += scale * dw[j];
+            for (int j = 0; j < k; ++j) g[ex[j]] += __fmul_rn(scale, dw[j]);
         }
         float dot = 0.0f;
         if (!sigmoid)

@@ -17,7 +17,8 @@ static int is_cuda(const bfp8_context *ctx) { return ctx->backend == BFP8_BACKEN
 
 int64_t bfp8_moe_max_rows(int64_t tokens, int top_k, int num_experts) {
     if (tokens < 1 || top_k < 1 || num_experts < 1) return 0;
-    return (tokens * top_k + (int64_t)(BFP8_GROUP_ALIGN - 1) * num_experts) / BFP8_GROUP_ALIGN * BFP8_GROUP_ALIGN;
+    const int64_t slots = tokens * top_k, busy = slots < num_experts ? slots : num_experts; /* experts with rows */
+    return (slots + (int64_t)(BFP8_GROUP_ALIGN - 1) * busy) / BFP8_GROUP_ALIGN * BFP8_GROUP_ALIGN;
 }
 
 static bfp8_status check_array(const bfp8_context *ctx, const void *p, size_t align, const char *name,
