@@ -1,10 +1,11 @@
 /*
  * moe.cu - the CUDA mixture-of-experts ops, the twins of src/cpu/moe_cpu.c
- * (same signatures, same order of every floating-point operation, no
- * contraction into fma where the host has none; only expf may differ from
- * the host's, so scores and SwiGLU match to rounding and everything else bit
- * for bit on the same inputs). No atomics: every output element has one
- * writer and a fixed order of operations.
+ * (same signatures; the host's floating-point operations in the host's
+ * order, no contraction into fma where the host has none, except expf and the
+ * softmax's sum over the experts (a warp reduction): scores, weights and
+ * SwiGLU match the host's to rounding, everything else bit for bit on the
+ * same inputs). No atomics: every output element has one writer and a fixed
+ * order of operations.
  *
  *   route           a warp per token: scores, then k rounds of a warp arg-max
  *                   (value, then lower index); score sums a thread per expert
@@ -342,7 +343,7 @@ __global__ void swiglu_backward_kernel(const float *__restrict__ gu, int64_t gu_
     const int64_t r = i / f, c = i % f;
     const float g = gu[r * gu_ld + c], u = gu[r * gu_ld + f + c], d = dh[r * dh_ld + c];
     const float sig = 1.0f / (1.0f + expf(-g)), silu = g * sig;
-    store_element(dgu, dgu_dtype, r * dgu_ld + c, d * u * (sig * (1.0f + g * (1.0f - sig))));
+    store_element(dgu, dgu_dtype, r * dgu_ld + c, d * u * (sig * (1.0f + __fmul_rn(g, 1.0f - sig))));
     store_element(dgu, dgu_dtype, r * dgu_ld + f + c, d * silu);
 }
 
