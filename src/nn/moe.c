@@ -167,7 +167,7 @@ static bfp8_status check_config(const bfp8_context *ctx, const bfp8_moe_config *
     if (c->num_experts < 1 || c->num_experts > 1024 || c->top_k < 1 || c->top_k > 16 || c->top_k > c->num_experts)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: num_experts %d, top_k %d (1 <= top_k <= min(E, 16), E <= 1024)",
                          fn, c->num_experts, c->top_k);
-    if (c->max_tokens < 1 || c->max_tokens > ((int64_t)1 << 30) / c->top_k - 1024 ||
+    if (c->max_tokens < 1 || c->max_tokens > (((int64_t)1 << 30) - 128 * (int64_t)c->num_experts) / c->top_k ||
         c->hidden > ((int64_t)1 << 20) || c->expert_hidden > ((int64_t)1 << 20) ||
         c->shared_hidden > ((int64_t)1 << 20))
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: max_tokens %lld or a width is out of range", fn,
