@@ -303,9 +303,10 @@ static void layer_sizes(const bfp8_moe_config *c, int64_t T, int64_t n[ARRAYS]) 
 }
 
 /* Forward and backward on ctx; in[] holds x, the weights, dy (backend
- * memory), out[] gets dx, the gradients, y (backend memory). */
+ * memory), out[] gets dx, the gradients, y (backend memory); the aux loss
+ * and the load per expert (host). */
 static void layer_step(bfp8_context *ctx, const bfp8_moe_config *c, int64_t T, float *const in[ARRAYS],
-                       float *const out[ARRAYS]) {
+                       float *const out[ARRAYS], float *aux, int64_t *load) {
     bfp8_moe *m = NULL;
     CHECK_OK(bfp8_moe_create(&m, ctx, c));
     if (!m) return;
@@ -316,6 +317,8 @@ static void layer_step(bfp8_context *ctx, const bfp8_moe_config *c, int64_t T, f
     CHECK_OK(bfp8_moe_forward(m, in[0], T, out[6]));
     CHECK_OK(bfp8_moe_backward(m, in[6], out[0], &g, 0));
     CHECK_OK(bfp8_context_synchronize(ctx));
+    CHECK_OK(bfp8_moe_aux_loss(m, aux));
+    CHECK_OK(bfp8_moe_update_bias(m, load, NULL));
     bfp8_moe_destroy(m);
 }
 
@@ -336,9 +339,15 @@ static void test_layer(const char *name, bfp8_moe_config c, int64_t T, bfp8_reci
         test_fill_f32(hin[i], 1, n[i] > 0 ? n[i] : 1, n[i] > 0 ? n[i] : 1, (float)sd[i], 0, 300 + (uint64_t)i);
         din[i] = up(hin[i], bytes), dout[i] = up(NULL, bytes), dout2[i] = up(NULL, bytes);
     }
-    layer_step(cpu, &c, T, hin, hout);
-    layer_step(gpu, &c, T, din, dout);
-    layer_step(gpu, &c, T, din, dout2);
+    float aux_c = 0.0f, aux_g = 0.0f, aux_g2 = 0.0f;
+    int64_t load_c[64] = {0}, load_g[64] = {0}, load_g2[64] = {0}; /* E <= 64 here */
+    layer_step(cpu, &c, T, hin, hout, &aux_c, load_c);
+    layer_step(gpu, &c, T, din, dout, &aux_g, load_g);
+    layer_step(gpu, &c, T, din, dout2, &aux_g2, load_g2);
+    CHECK(memcmp(load_c, load_g, sizeof load_c) == 0 && memcmp(load_g, load_g2, sizeof load_g) == 0,
+          "%s: the load per expert differs between the CPU and the GPU runs", what);
+    CHECK(fabs(aux_c - aux_g) <= 1e-5 * fabs(aux_c) && aux_g == aux_g2, "%s: aux loss %.9g (CPU) %.9g %.9g (GPU)",
+          what, aux_c, aux_g, aux_g2);
     for (int i = 0; i < ARRAYS; ++i) {
         if (n[i] == 0) continue;
         float *g = down(dout[i], (size_t)n[i] * 4), *g2 = down(dout2[i], (size_t)n[i] * 4);
