@@ -79,6 +79,9 @@ bfp8_status bfp8_cpu_moe_route(bfp8_context *ctx, const float *logits, const flo
     return BFP8_OK;
 }
 
+/* An expert index the router could have written (others are skipped). */
+static int valid(int32_t e, int E) { return e >= 0 && e < E; }
+
 bfp8_status bfp8_cpu_moe_route_backward(bfp8_context *ctx, const float *scores, const int32_t *topk_expert,
                                         const float *d_topk_weight, const float *score_grad, int64_t tokens,
                                         int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize,
@@ -94,12 +97,14 @@ bfp8_status bfp8_cpu_moe_route_backward(bfp8_context *ctx, const float *scores, 
         const float *dw = d_topk_weight + t * k;
         if (normalize) {
             float sum = 0.0f, dot = 0.0f;
-            for (int j = 0; j < k; ++j) sum += s[ex[j]];
-            for (int j = 0; j < k; ++j) dot = fmaf(dw[j], s[ex[j]], dot);
+            for (int j = 0; j < k; ++j) sum += valid(ex[j], E) ? s[ex[j]] : 0.0f;
+            for (int j = 0; j < k; ++j) dot = valid(ex[j], E) ? fmaf(dw[j], s[ex[j]], dot) : dot;
             const float mean = dot / sum;
-            for (int j = 0; j < k; ++j) g[ex[j]] += scale * ((dw[j] - mean) / sum);
+            for (int j = 0; j < k; ++j)
+                if (valid(ex[j], E)) g[ex[j]] += scale * ((dw[j] - mean) / sum);
         } else {
-            for (int j = 0; j < k; ++j) g[ex[j]] += scale * dw[j];
+            for (int j = 0; j < k; ++j)
+                if (valid(ex[j], E)) g[ex[j]] += scale * dw[j];
         }
         if (score_fn == BFP8_MOE_SCORE_SOFTMAX) {
             float dot = 0.0f;

@@ -108,6 +108,9 @@ __global__ void score_sum_kernel(const float *__restrict__ scores, int64_t token
     sums[e] = sum;
 }
 
+/* An expert index the router could have written (others are skipped). */
+__device__ __forceinline__ bool valid(int32_t e, int E) { return e >= 0 && e < E; }
+
 __global__ void route_backward_kernel(const float *__restrict__ scores, const int32_t *__restrict__ topk_expert,
                                       const float *__restrict__ d_topk_weight, const float *__restrict__ score_grad,
                                       int64_t tokens, int E, int k, int sigmoid, int normalize, float scale,
@@ -125,12 +128,14 @@ __global__ void route_backward_kernel(const float *__restrict__ scores, const in
         const float *dw = d_topk_weight + t * k;
         if (normalize) {
             float sum = 0.0f, dot = 0.0f;
-            for (int j = 0; j < k; ++j) sum += s[ex[j]];
-            for (int j = 0; j < k; ++j) dot = fmaf(dw[j], s[ex[j]], dot);
+            for (int j = 0; j < k; ++j) sum += valid(ex[j], E) ? s[ex[j]] : 0.0f;
+            for (int j = 0; j < k; ++j) dot = valid(ex[j], E) ? fmaf(dw[j], s[ex[j]], dot) : dot;
             const float mean = dot / sum;
-            for (int j = 0; j < k; ++j) g[ex[j]] += __fmul_rn(scale, (dw[j] - mean) / sum); /* no fma: as the host */
+            for (int j = 0; j < k; ++j) /* no fma: as the host */
+                if (valid(ex[j], E)) g[ex[j]] += __fmul_rn(scale, (dw[j] - mean) / sum);
         } else {
-            for (int j = 0; j < k; ++j) g[ex[j]] += __fmul_rn(scale, dw[j]);
+            for (int j = 0; j < k; ++j)
+                if (valid(ex[j], E)) g[ex[j]] += __fmul_rn(scale, dw[j]);
         }
         float dot = 0.0f;
         if (!sigmoid)
