@@ -322,7 +322,7 @@ static void test_swiglu(void) {
 
 static void test_bad_arguments(void) {
     float logits[8] = {0}, scores[8], w[2];
-    int32_t ex[2], slot_row[2], row_slot[256];
+    int32_t ex[2], slot_row[4], row_slot[512];
     int64_t offsets[5], routed[4];
     CHECK_STATUS(bfp8_moe_route(ctx, logits, NULL, 2, 4, 5, BFP8_MOE_SCORE_SOFTMAX, 0, 1.0f, scores, ex, w, NULL),
                  BFP8_ERR_INVALID_VALUE);
@@ -338,6 +338,17 @@ static void test_bad_arguments(void) {
     CHECK(bfp8_moe_max_rows(2, 1, 4) == 256, "max_rows(2, 1, 4) = %lld", (long long)bfp8_moe_max_rows(2, 1, 4));
     CHECK(bfp8_moe_max_rows(1000, 2, 8) == 2944, "max_rows(1000, 2, 8) = %lld",
           (long long)bfp8_moe_max_rows(1000, 2, 8));
+    /* routing tables the ops cannot check: an out-of-range expert is skipped */
+    const int32_t wild[4] = {1, 99, -3, 2};
+    const float dwt[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    float sc[8] = {0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f, 0.25f}, dl[8];
+    CHECK_OK(bfp8_moe_route_backward(ctx, sc, wild, dwt, NULL, 2, 4, 2, BFP8_MOE_SCORE_SIGMOID, 0, 1.0f, dl));
+    CHECK(dl[0] == 0.0f && dl[1] != 0.0f && dl[2] == 0.0f && dl[3] == 0.0f && dl[6] != 0.0f,
+          "route_backward with out-of-range experts: %g %g %g %g %g", dl[0], dl[1], dl[2], dl[3], dl[6]);
+    CHECK_OK(bfp8_moe_dispatch(ctx, wild, 2, 2, 4, 0, 512, slot_row, row_slot, offsets, routed));
+    CHECK(slot_row[1] == -1 && slot_row[2] == -1 && offsets[4] == 256 && routed[1] == 1 && routed[2] == 1,
+          "dispatch with out-of-range experts: slot_row %d %d, rows %lld", slot_row[1], slot_row[2],
+          (long long)offsets[4]);
     float x[256], out[256];
     const bfp8_matrix xm = {x, BFP8_F32, 2, 128, 128};
     bfp8_matrix bad_cols = {out, BFP8_F32, 2, 64, 64};
