@@ -112,6 +112,32 @@ static void test_route(int64_t T, int E, int k, bfp8_moe_score_fn fn, int normal
     free(s), free(w), free(sum), free(dl), free(ex);
 }
 
+/* Routing tables with out-of-range experts: skipped on both backends alike. */
+static void test_wild_experts(void) {
+    const int32_t wild[6] = {1, 99, -3, 2, 0, 3};
+    const float dwt[6] = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}, sc[12] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f,
+                                                                          0.7f, 0.8f, 0.9f, 0.15f, 0.25f, 0.35f};
+    float dlc[12], *d_dl = up(NULL, sizeof dlc);
+    int32_t src_c[6], rows_c[512], *d_wild = up(wild, sizeof wild), *d_src = up(NULL, sizeof src_c);
+    int32_t *d_rows = up(NULL, sizeof rows_c);
+    int64_t offc[5], routedc[4], *d_off = up(NULL, sizeof offc), *d_routed = up(NULL, sizeof routedc);
+    float *d_sc = up(sc, sizeof sc), *d_dw = up(dwt, sizeof dwt);
+    CHECK_OK(bfp8_moe_route_backward(cpu, sc, wild, dwt, NULL, 3, 4, 2, BFP8_MOE_SCORE_SOFTMAX, 1, 1.0f, dlc));
+    CHECK_OK(bfp8_moe_route_backward(gpu, d_sc, d_wild, d_dw, NULL, 3, 4, 2, BFP8_MOE_SCORE_SOFTMAX, 1, 1.0f, d_dl));
+    CHECK_OK(bfp8_moe_dispatch(cpu, wild, 3, 2, 4, 0, 512, src_c, rows_c, offc, routedc));
+    CHECK_OK(bfp8_moe_dispatch(gpu, d_wild, 3, 2, 4, 0, 512, d_src, d_rows, d_off, d_routed));
+    float *dlg = down(d_dl, sizeof dlc);
+    int32_t *src_g = down(d_src, sizeof src_c);
+    int64_t *offg = down(d_off, sizeof offc), *routedg = down(d_routed, sizeof routedc);
+    CHECK(test_compare_f32_bits("wild d_logits", dlc, dlg, 12) == 0, "route_backward with wild experts differs");
+    CHECK(memcmp(src_c, src_g, sizeof src_c) == 0 && memcmp(offc, offg, sizeof offc) == 0 &&
+              memcmp(routedc, routedg, sizeof routedc) == 0,
+          "dispatch with wild experts differs");
+    void *dev[] = {d_dl, d_wild, d_src, d_rows, d_off, d_routed, d_sc, d_dw};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) bfp8_free(gpu, dev[i]);
+    free(dlg), free(src_g), free(offg), free(routedg);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Dispatch, permute, combine                                                */
 
@@ -376,6 +402,7 @@ int main(void) {
     test_route(777, 256, 8, BFP8_MOE_SCORE_SIGMOID, 1, 1, 1);
     test_route(100, 1024, 16, BFP8_MOE_SCORE_SOFTMAX, 1, 0, 1);
     test_route(5, 3, 3, BFP8_MOE_SCORE_SOFTMAX, 0, 0, 0);
+    test_wild_experts();
     test_dispatch_and_data();
 
     const bfp8_moe_config base = {512, 256, 256, 16, 4, 1024, BFP8_MOE_SCORE_SOFTMAX, 0, 1.0f, 0.0f,
