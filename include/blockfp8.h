@@ -430,6 +430,200 @@ bfp8_status bfp8_attention_backward(bfp8_context *ctx, const bfp8_attention_desc
                                     const float *lse, uint16_t *dq, uint16_t *dk, uint16_t *dv, void *workspace,
                                     size_t workspace_bytes);
 
+/* ------------------------------------------------------------------------ */
+/* Mixture of experts                                                        */
+
+/*
+ * A mixture-of-experts feed-forward layer and the small ops it is made of.
+ * T tokens of width H; E routed experts, each a SwiGLU FFN of width F;
+ * every token goes to k of them (top-k of the router's scores) and,
+ * optionally, to one shared expert. Everything is deterministic: the same
+ * inputs give the same bits, run after run (no order-dependent atomics).
+ *
+ * Routing tables (int32, backend memory):
+ *   topk_expert[t * k + j]  the j-th expert of token t (j = 0 the highest score)
+ *   slot s = t * k + j      one (token, expert) pair
+ *   slot_row[s]             the row of slot s in the permuted matrix, -1 when
+ *                           the slot was dropped (capacity)
+ *   row_slot[r]             the slot of permuted row r, -1 for a padding row
+ * The permuted matrix holds expert 0's tokens, then expert 1's, ..., each
+ * expert's in token order and padded with zero rows to a multiple of 128
+ * (BFP8_GROUP_ALIGN), as the grouped GEMMs take them: expert e's rows are
+ * [offsets[e], offsets[e + 1]). An expert without tokens has no rows.
+ */
+typedef enum bfp8_moe_score_fn {
+    BFP8_MOE_SCORE_SOFTMAX = 0, /* softmax over the E logits */
+    BFP8_MOE_SCORE_SIGMOID = 1  /* sigmoid of each logit (DeepSeek-V3) */
+} bfp8_moe_score_fn;
+
+/* Rows of the permuted matrix for any routing of `tokens` tokens: every
+ * expert's run padded to 128, at most round_down(T k + 127 min(T k, E), 128). */
+int64_t bfp8_moe_max_rows(int64_t tokens, int top_k, int num_experts);
+
+/*
+ * Router. logits: T x E f32 (dense). scores = softmax or sigmoid of the
+ * logits (T x E f32, written). The k experts of a token are those of the
+ * largest score + bias[e] (bias: E f32 or NULL; ties to the lower index),
+ * in decreasing order; their weights are
+ *   w_j = scale * s_j / (normalize ? sum_i s_i : 1)
+ * from the unbiased scores s, so the bias steers selection only.
+ * score_sum (E f32, or NULL): sum over the tokens of each expert's score,
+ * in token order (for a load-balancing loss).
+ */
+bfp8_status bfp8_moe_route(bfp8_context *ctx, const float *logits, const float *bias, int64_t tokens,
+                           int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize, float scale,
+                           float *scores, int32_t *topk_expert, float *topk_weight, float *score_sum);
+
+/* d_logits (T x E f32) from the gradient of the weights (d_topk_weight,
+ * T x k) and, when score_grad (E f32) is not NULL, dL/dscore[t, e] +=
+ * score_grad[e] for every token (the gradient of a load-balancing loss). */
+bfp8_status bfp8_moe_route_backward(bfp8_context *ctx, const float *scores, const int32_t *topk_expert,
+                                    const float *d_topk_weight, const float *score_grad, int64_t tokens,
+                                    int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize,
+                                    float scale, float *d_logits);
+
+/*
+ * The permutation of a routing. capacity: 0 keeps every slot; else each
+ * expert keeps its first `capacity` tokens (in token order) and drops the
+ * rest. Writes slot_row (T k), offsets (E + 1 int64: offsets[0] = 0, each a
+ * multiple of 128), routed (E int64: the tokens the router sent each expert,
+ * dropped ones included: its load) and row_slot for rows [0, offsets[E]);
+ * max_rows (>= offsets[E], e.g. bfp8_moe_max_rows) is row_slot's length.
+ */
+bfp8_status bfp8_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert, int64_t tokens, int top_k,
+                              int num_experts, int64_t capacity, int64_t max_rows, int32_t *slot_row,
+                              int32_t *row_slot, int64_t *offsets, int64_t *routed);
+
+/*
+ * xp[r] = x[token of row_slot[r]] (zeros for padding rows), for r < P, the
+ * rows of xp / xp_q. x: T x H f32 or bf16; xp: P x H f32 or bf16 (either
+ * dtype: converted on the way), or NULL; xp_q: P x H 1x128, or NULL: the
+ * same rows quantized as bfp8_quantize_1x128(xp in x's precision) would,
+ * bit for bit, without a pass over xp. At least one output.
+ */
+bfp8_status bfp8_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
+                             bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options);
+
+/*
+ * y[t] = (accumulate ? y[t] : 0) + sum_j w[t, j] yp[slot_row[t k + j]],
+ * j ascending, one fp32 fused multiply-add per term, dropped slots skipped;
+ * topk_weight NULL: every w = 1 (the backward of bfp8_moe_permute).
+ * yp: P x H f32 or bf16, y: T x H f32 or bf16.
+ */
+bfp8_status bfp8_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
+                             const float *topk_weight, int top_k, int accumulate, bfp8_matrix *y);
+
+/*
+ * Backward of bfp8_moe_combine (accumulate 0) at dy (T x H):
+ *   dyp[r] = w[s] dy[token of s], s = row_slot[r] (zeros for padding rows),
+ *     as dyp (P x H f32 / bf16) and / or quantized rows dyp_q (as permute);
+ *   d_topk_weight[s] = dot(dy[token of s], yp[slot_row[s]]) (0 for a dropped
+ *     slot), in a fixed order (32 strided fp32 partial sums, then a
+ *     butterfly); skipped when d_topk_weight is NULL (then yp may be NULL).
+ * topk_weight NULL: every w = 1.
+ */
+bfp8_status bfp8_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
+                                      const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight,
+                                      int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q,
+                                      const bfp8_quantize_options *options, float *d_topk_weight);
+
+/* SwiGLU on rows of [gate | up] (gu: R x 2F f32): h = silu(gate) * up,
+ * h: R x F f32 or bf16. Backward: dgu (R x 2F, f32 or bf16) from gu, dh (R x F f32). */
+bfp8_status bfp8_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h);
+bfp8_status bfp8_moe_swiglu_backward(bfp8_context *ctx, const bfp8_matrix *gu, const bfp8_matrix *dh,
+                                     bfp8_matrix *dgu);
+
+/* How a layer keeps its experts' load even (bfp8_moe_config.balance). */
+typedef enum bfp8_moe_balance {
+    BFP8_MOE_BALANCE_NONE = 0,
+    /* auxiliary-loss-free (DeepSeek-V3): a per-expert bias added to the
+     * scores for selection only; bfp8_moe_update_bias moves it by
+     * bias_update_rate towards the mean load after every step */
+    BFP8_MOE_BALANCE_BIAS = 1,
+    /* load-balancing loss  aux = coef * E * sum_e f_e P_e  (f_e: share of
+     * the T k slots routed to e, P_e: mean score of e over the tokens),
+     * its gradient added to the router's in backward (f_e held constant) */
+    BFP8_MOE_BALANCE_AUX_LOSS = 2
+} bfp8_moe_balance;
+
+typedef struct bfp8_moe_config {
+    int64_t hidden;        /* H: in and out features, a multiple of 128 */
+    int64_t expert_hidden; /* F: each routed expert's SwiGLU width, a multiple of 128 */
+    int64_t shared_hidden; /* the shared expert's width (a multiple of 128), 0: none */
+    int num_experts;       /* E >= 1 */
+    int top_k;             /* 1 <= k <= E, k <= 16 */
+    int64_t max_tokens;    /* largest T passed to forward */
+    bfp8_moe_score_fn score_fn;
+    int normalize_weights; /* 0 or 1: top-k weights divided by their scores' sum */
+    float route_scale;     /* > 0: multiplies the top-k weights (1 for none) */
+    /* 0: no token is dropped. > 0: an expert keeps at most
+     * ceil(capacity_factor * T * k / E) tokens, the first in token order;
+     * a dropped (token, expert) pair contributes nothing to y */
+    float capacity_factor;
+    bfp8_moe_balance balance;
+    float bias_update_rate; /* BALANCE_BIAS: the step of the bias (e.g. 1e-3) */
+    float aux_loss_coef;    /* BALANCE_AUX_LOSS: coef (e.g. 1e-2) */
+    bfp8_recipe recipe;     /* the experts' GEMMs, as bfp8_linear's */
+    int pow2_scales;
+    /* BFP8_LINEAR_NUM_FLAGS uint32 in backend memory, or NULL (as bfp8_linear's) */
+    uint32_t *nonfinite_flags;
+} bfp8_moe_config;
+
+/*
+ * The layer's fp32 master weights (backend memory, contiguous, owned by the
+ * caller), or their gradients in the same layout:
+ *   router:        E x H               logits = x router^T
+ *   experts_w13:   E*2F x H            expert e's rows e*2F .. : gate (F rows), then up (F rows)
+ *   experts_w2:    E*H x F             expert e's down projection, rows e*H ..
+ *   shared_w13:    2Fs x H, shared_w2: H x Fs (NULL without a shared expert)
+ */
+typedef struct bfp8_moe_weights {
+    float *router;
+    float *experts_w13;
+    float *experts_w2;
+    float *shared_w13;
+    float *shared_w2;
+} bfp8_moe_weights;
+
+/*
+ * y[T, H] = shared(x) + sum_j w_j expert_{e_j}(x), x and y f32 contiguous,
+ * expert(x) = W2_e (silu(x W1_e^T) * (x W3_e^T)). The router runs in bf16
+ * GEMMs with fp32 accumulation and fp32 scores; the experts' GEMMs follow the
+ * recipe (fp8: grouped 1D2D fprop and dgrad, grouped 1D1D wgrad in
+ * fp8-blockwise; bf16: one bf16 GEMM per expert). A forward synchronizes
+ * once with the host: the experts' offsets decide the GEMMs' shapes.
+ */
+typedef struct bfp8_moe bfp8_moe;
+
+bfp8_status bfp8_moe_create(bfp8_moe **moe, bfp8_context *ctx, const bfp8_moe_config *cfg);
+void bfp8_moe_destroy(bfp8_moe *moe); /* NULL is fine */
+
+/* Take new master weights: quantizes (fp8 recipes) or converts (bf16) them.
+ * Call after every optimizer step, before the next forward. */
+bfp8_status bfp8_moe_set_weights(bfp8_moe *moe, const bfp8_moe_weights *weights);
+
+/* y = layer(x) for T = tokens <= max_tokens. Keeps what backward needs
+ * (its own copies: x may change after the call). */
+bfp8_status bfp8_moe_forward(bfp8_moe *moe, const float *x, int64_t tokens, float *y);
+
+/* Backward of the last forward: dx (T x H, may be NULL: skipped) and the
+ * weights' gradients (every pointer of grads that the layer has), added to
+ * them when accumulate, else stored. */
+bfp8_status bfp8_moe_backward(bfp8_moe *moe, const float *dy, float *dx, const bfp8_moe_weights *grads,
+                              int accumulate);
+
+/* BALANCE_AUX_LOSS: the loss value of the last forward (0 otherwise). */
+bfp8_status bfp8_moe_aux_loss(const bfp8_moe *moe, float *loss);
+
+/*
+ * Once per training step, after the optimizer: load[e] (E int64 host
+ * memory, or NULL) gets the tokens routed to each expert by the forwards
+ * since the last call (dropped ones included), which then restart from 0;
+ * with BALANCE_BIAS, bias[e] += rate * sign(mean load - load[e]).
+ * bias (E f32 host memory, or NULL) gets the bias after the update.
+ */
+bfp8_status bfp8_moe_update_bias(bfp8_moe *moe, int64_t *load, float *bias);
+
 #ifdef __cplusplus
 }
 #endif

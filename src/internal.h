@@ -148,6 +148,49 @@ bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_a
                                                  uint16_t *dq, uint16_t *dk, uint16_t *dv, void *workspace,
                                                  int variant);
 
+
+/* Mixture of experts (src/ops/moe_ops.c validates; src/cpu/moe_cpu.c,
+ * src/cuda/moe.cu): the ops of blockfp8.h's MoE section, arguments checked
+ * (the permuted row count P is the rows of the permuted output or input). */
+bfp8_status bfp8_cpu_moe_route(bfp8_context *ctx, const float *logits, const float *bias, int64_t tokens,
+        int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize, float scale, float *scores,
+        int32_t *topk_expert, float *topk_weight, float *score_sum);
+bfp8_status bfp8_cpu_moe_route_backward(bfp8_context *ctx, const float *scores, const int32_t *topk_expert,
+        const float *d_topk_weight, const float *score_grad, int64_t tokens, int num_experts, int top_k,
+        bfp8_moe_score_fn score_fn, int normalize, float scale, float *d_logits);
+bfp8_status bfp8_cpu_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert, int64_t tokens, int top_k,
+        int num_experts, int64_t capacity, int64_t max_rows, int32_t *slot_row, int32_t *row_slot, int64_t *offsets,
+        int64_t *routed);
+bfp8_status bfp8_cpu_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
+        bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options);
+bfp8_status bfp8_cpu_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
+        const float *topk_weight, int top_k, int accumulate, bfp8_matrix *y);
+bfp8_status bfp8_cpu_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
+        const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight, int top_k, bfp8_matrix *dyp,
+        bfp8_qmatrix *dyp_q, const bfp8_quantize_options *options, float *d_topk_weight);
+bfp8_status bfp8_cpu_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h);
+bfp8_status bfp8_cpu_moe_swiglu_backward(bfp8_context *ctx, const bfp8_matrix *gu, const bfp8_matrix *dh,
+        bfp8_matrix *dgu);
+bfp8_status bfp8_cuda_moe_route(bfp8_context *ctx, const float *logits, const float *bias, int64_t tokens,
+        int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize, float scale, float *scores,
+        int32_t *topk_expert, float *topk_weight, float *score_sum);
+bfp8_status bfp8_cuda_moe_route_backward(bfp8_context *ctx, const float *scores, const int32_t *topk_expert,
+        const float *d_topk_weight, const float *score_grad, int64_t tokens, int num_experts, int top_k,
+        bfp8_moe_score_fn score_fn, int normalize, float scale, float *d_logits);
+bfp8_status bfp8_cuda_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert, int64_t tokens, int top_k,
+        int num_experts, int64_t capacity, int64_t max_rows, int32_t *slot_row, int32_t *row_slot, int64_t *offsets,
+        int64_t *routed);
+bfp8_status bfp8_cuda_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
+        bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options);
+bfp8_status bfp8_cuda_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
+        const float *topk_weight, int top_k, int accumulate, bfp8_matrix *y);
+bfp8_status bfp8_cuda_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
+        const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight, int top_k, bfp8_matrix *dyp,
+        bfp8_qmatrix *dyp_q, const bfp8_quantize_options *options, float *d_topk_weight);
+bfp8_status bfp8_cuda_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h);
+bfp8_status bfp8_cuda_moe_swiglu_backward(bfp8_context *ctx, const bfp8_matrix *gu, const bfp8_matrix *dh,
+        bfp8_matrix *dgu);
+
 #ifdef __cplusplus
 }
 #endif

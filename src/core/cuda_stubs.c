@@ -92,3 +92,58 @@ bfp8_status bfp8_cuda_attention_backward_variant(bfp8_context *ctx, const bfp8_a
     (void)workspace; (void)variant;
     return no_cuda();
 }
+bfp8_status bfp8_cuda_moe_route(bfp8_context *ctx, const float *logits, const float *bias, int64_t tokens,
+        int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize, float scale, float *scores,
+        int32_t *topk_expert, float *topk_weight, float *score_sum) {
+    (void)ctx;
+    (void)logits; (void)bias; (void)tokens; (void)num_experts; (void)top_k; (void)score_fn; (void)normalize;
+    (void)scale; (void)scores; (void)topk_expert; (void)topk_weight; (void)score_sum;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_moe_route_backward(bfp8_context *ctx, const float *scores, const int32_t *topk_expert,
+        const float *d_topk_weight, const float *score_grad, int64_t tokens, int num_experts, int top_k,
+        bfp8_moe_score_fn score_fn, int normalize, float scale, float *d_logits) {
+    (void)ctx;
+    (void)scores; (void)topk_expert; (void)d_topk_weight; (void)score_grad; (void)tokens; (void)num_experts;
+    (void)top_k; (void)score_fn; (void)normalize; (void)scale; (void)d_logits;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert, int64_t tokens, int top_k,
+        int num_experts, int64_t capacity, int64_t max_rows, int32_t *slot_row, int32_t *row_slot, int64_t *offsets,
+        int64_t *routed) {
+    (void)ctx;
+    (void)topk_expert; (void)tokens; (void)top_k; (void)num_experts; (void)capacity; (void)max_rows; (void)slot_row;
+    (void)row_slot; (void)offsets; (void)routed;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
+        bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options) {
+    (void)ctx;
+    (void)x; (void)row_slot; (void)top_k; (void)xp; (void)xp_q; (void)options;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
+        const float *topk_weight, int top_k, int accumulate, bfp8_matrix *y) {
+    (void)ctx;
+    (void)yp; (void)slot_row; (void)topk_weight; (void)top_k; (void)accumulate; (void)y;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
+        const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight, int top_k, bfp8_matrix *dyp,
+        bfp8_qmatrix *dyp_q, const bfp8_quantize_options *options, float *d_topk_weight) {
+    (void)ctx;
+    (void)dy; (void)yp; (void)row_slot; (void)slot_row; (void)topk_weight; (void)top_k; (void)dyp; (void)dyp_q;
+    (void)options; (void)d_topk_weight;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h) {
+    (void)ctx;
+    (void)gu; (void)h;
+    return no_cuda();
+}
+bfp8_status bfp8_cuda_moe_swiglu_backward(bfp8_context *ctx, const bfp8_matrix *gu, const bfp8_matrix *dh,
+        bfp8_matrix *dgu) {
+    (void)ctx;
+    (void)gu; (void)dh; (void)dgu;
+    return no_cuda();
+}
