@@ -22,7 +22,7 @@ size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_re
     return (size_t)(in_features * max_tokens) * (exact ? sizeof(float) : sizeof(uint16_t));
 }
 
-bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *name, int layer,
+bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx *oc, const char *name, int layer,
                               int64_t in_features, int64_t out_features, int64_t max_tokens,
                               bfp8_recipe recipe, int exact, float *weight, float *grad,
                               uint32_t *nonfinite_flags, void *saved_input) {
@@ -39,6 +39,7 @@ bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *na
     l->nonfinite_flags = nonfinite_flags;
     l->saved_input = saved_input;
     l->ops = model_ops_for(ctx);
+    l->oc = oc;
     if (!l->ops)
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "model_linear_init: no model operations for this backend");
     if (exact) return BFP8_OK;
@@ -68,22 +69,22 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
                          (long long)tokens, (long long)l->max_tokens);
     if (l->exact) {
         float *x_saved = l->saved_input;
-        l->ops->copy_f32(x_saved, x, tokens * K);
-        l->ops->transpose_f32(s->weight_t, l->weight, N, K);
-        if (residual) l->ops->copy_f32(y, residual, tokens * N);
-        l->ops->matmul_f32(y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, residual != NULL);
+        l->ops->copy_f32(l->oc, x_saved, x, tokens * K);
+        l->ops->transpose_f32(l->oc, s->weight_t, l->weight, N, K);
+        if (residual) l->ops->copy_f32(l->oc, y, residual, tokens * N);
+        l->ops->matmul_f32(l->oc, y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, residual != NULL);
         return BFP8_OK;
     }
     if (l->f32_activations) {
         BFP8_TRY(bfp8_linear_forward_f32(l->lin, x, tokens, y));
-        if (residual) l->ops->add_f32(y, residual, tokens * N);
+        if (residual) l->ops->add_f32(l->oc, y, residual, tokens * N);
         return BFP8_OK;
     }
     uint16_t *x_bf16 = l->saved_input;
-    l->ops->f32_to_bf16(x_bf16, x, tokens * K);
+    l->ops->f32_to_bf16(l->oc, x_bf16, x, tokens * K);
     BFP8_TRY(bfp8_linear_forward(l->lin, x_bf16, tokens, s->out_bf16));
-    if (residual) l->ops->copy_f32(y, residual, tokens * N);
-    l->ops->bf16_to_f32(y, s->out_bf16, tokens * N, residual != NULL);
+    if (residual) l->ops->copy_f32(l->oc, y, residual, tokens * N);
+    l->ops->bf16_to_f32(l->oc, y, s->out_bf16, tokens * N, residual != NULL);
     return BFP8_OK;
 }
 
@@ -91,13 +92,13 @@ bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s
                                   int64_t tokens, float *dx, int accumulate) {
     const int64_t K = l->in_features, N = l->out_features;
     if (l->exact) {
-        l->ops->matmul_f32(dx, K, dy, N, 0, l->weight, K, tokens, K, N, 0);
-        l->ops->matmul_f32(l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
+        l->ops->matmul_f32(l->oc, dx, K, dy, N, 0, l->weight, K, tokens, K, N, 0);
+        l->ops->matmul_f32(l->oc, l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
         return BFP8_OK;
     }
     if (l->f32_activations) return bfp8_linear_backward_f32(l->lin, dy, dx, l->grad, accumulate);
-    l->ops->f32_to_bf16(s->out_bf16, dy, tokens * N);
+    l->ops->f32_to_bf16(l->oc, s->out_bf16, dy, tokens * N);
     BFP8_TRY(bfp8_linear_backward(l->lin, s->out_bf16, s->in_bf16, l->grad, accumulate));
-    l->ops->bf16_to_f32(dx, s->in_bf16, tokens * K, 0);
+    l->ops->bf16_to_f32(l->oc, dx, s->in_bf16, tokens * K, 0);
     return BFP8_OK;
 }
