@@ -471,7 +471,8 @@ int train_run(train_options *o) {
         }
     }
     const model_options mopts = {.recipe = r.recipe, .max_batch = o->batch, .max_seq = o->seq,
-                                 .exact_linears = 0, .tf32 = o->tf32, .flash_attention = o->flash_attention};
+                                 .exact_linears = 0, .tf32 = o->tf32, .flash_attention = o->flash_attention,
+                                 .profile = o->profile};
     if (model_create(&r.m, r.ctx, &config, &mopts) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
@@ -656,6 +657,8 @@ static int train_loop(run_state *r, int64_t start_step) {
         printf("done: %lld steps in %.1f s, %.0f tokens/s, final train loss %.4f; checkpoint %s\n",
                (long long)steps_timed, train_seconds,
                (double)(tokens_per_step * steps_timed) / train_seconds, last_loss, r->checkpoint_path);
+    if (o->profile && r->rank == 0 && model_profile_print(&m->oc, stdout) != BFP8_OK)
+        return report_failure(r, "profile: %s", bfp8_last_error());
     if (o->sample_tokens > 0 && r->rank == 0) {
         int32_t *prompt = malloc((strlen(o->prompt) + 1) * sizeof *prompt);
         size_t prompt_len = 0;

@@ -8,13 +8,14 @@
 #            weight (fp8) and in the loss (bf16): each gives a non-zero exit
 #            and a clear one-line message, and the checkpoint already on disk
 #            is byte-for-byte untouched
-#   tools    plot writes a PNG, sample and tokenize work from a checkpoint
+#   tools    plot writes a PNG, sample and tokenize work from a checkpoint;
+#            --profile prints the table by kind of work and changes no loss
 #   cuda     --device cuda (exit 77, skipped, without a GPU): a run stopped and
 #            resumed on the GPU is bit-identical to an uninterrupted one, its
 #            losses track the CPU's, a CPU checkpoint resumes on the GPU, and
 #            a NaN weight is caught as on the CPU; --tf32; --flash-attention
 #            (refused for head_dim 32, losses within 1% of fp32 attention,
-#            stop + resume bit-identical)
+#            stop + resume bit-identical); --profile (CUDA events, same losses)
 #   dp       --data-parallel on the CPU: one rank is bit-identical to no data
 #            parallelism; 2 ranks x batch 1 track 1 rank x batch 2; a 2-rank
 #            run stopped and resumed (the ranks from the checkpoint) is
@@ -207,6 +208,14 @@ test_bad_input() {
 test_tools() {
     expect_ok "train two short runs" train "${common[@]}" --steps 4 --checkpoint-dir a || return
     expect_ok "train two short runs (bf16)" train "${common[@]}" --steps 4 --recipe bf16 --checkpoint-dir b || return
+    expect_ok "train with --profile" train "${common[@]}" --steps 4 --profile --checkpoint-dir p || return
+    checks=$((checks + 1))
+    if grep -qF "profile: 4 steps, wall-clock" out.txt && grep -qF "head + loss" out.txt; then
+        echo "ok   --profile prints the table"
+    else
+        fail "--profile output: $(tail -n 9 out.txt)"
+    fi
+    losses_same "--profile changes no loss" a/metrics.jsonl p/metrics.jsonl
     expect_ok "plot two runs" plot --out curves.png --title "test" fp8=a/metrics.jsonl bf16=b/metrics.jsonl || return
     checks=$((checks + 1))
     if [[ "$(head -c 8 curves.png | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]]; then
@@ -240,6 +249,9 @@ test_cuda() {
         --eval-every 2 --eval-batches 1 --threads 2 "${gpu[@]}" --checkpoint-dir gpart --resume || return
     same_file "GPU: resumed checkpoint is bit-identical to the uninterrupted one" gfull/checkpoint.bin gpart/checkpoint.bin
     losses_same "GPU: losses of steps 1..6 identical" gfull/metrics.jsonl gpart/metrics.jsonl
+    expect_ok "GPU: --profile" train "${common[@]}" "${gpu[@]}" --steps 6 --profile --checkpoint-dir gprof || return
+    grep -qF "profile: 6 steps, device (CUDA events)" out.txt || fail "GPU --profile output: $(tail -n 9 out.txt)"
+    losses_same "GPU: --profile changes no loss" gfull/metrics.jsonl gprof/metrics.jsonl
     # The same run on the CPU: fp8 codes may round differently, the losses stay close.
     expect_ok "CPU: the same 6 steps" train "${common[@]}" --steps 6 --checkpoint-dir cfull || return
     losses_close "GPU losses within 1% of the CPU's" cfull/metrics.jsonl gfull/metrics.jsonl 6

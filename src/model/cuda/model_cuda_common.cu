@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "model/model_ops.h"
+#include "model/model_profile.h"
 
 namespace bfp8_model_cuda {
 
@@ -108,3 +109,22 @@ extern "C" void model_cuda_release(model_ops_ctx *oc) {
     oc->cuda = nullptr;
 }
 
+/* The step profile's marks (model_profile.h). */
+extern "C" int model_cuda_event_record(model_ops_ctx *oc, void **event) {
+    using namespace bfp8_model_cuda;
+    if (!*event) {
+        cudaEvent_t e = nullptr;
+        if (failed(oc, cudaEventCreate(&e), "profile: cudaEventCreate")) return 0;
+        *event = e;
+    }
+    return !failed(oc, cudaEventRecord(static_cast<cudaEvent_t>(*event), stream(oc)), "profile: cudaEventRecord");
+}
+
+extern "C" int model_cuda_event_elapsed(model_ops_ctx *oc, void *start, void *end, float *ms) {
+    using namespace bfp8_model_cuda;
+    cudaEvent_t a = static_cast<cudaEvent_t>(start), b = static_cast<cudaEvent_t>(end);
+    return !failed(oc, cudaEventSynchronize(b), "profile: cudaEventSynchronize") &&
+           !failed(oc, cudaEventElapsedTime(ms, a, b), "profile: cudaEventElapsedTime");
+}
+
+extern "C" void model_cuda_event_destroy(void *event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
