@@ -178,6 +178,7 @@ static bfp8_status evaluate(run_state *r, int64_t batch, int64_t seq, double *me
     const size_t lo = windows * (size_t)r->rank / (size_t)r->world;
     const size_t hi = windows * (size_t)(r->rank + 1) / (size_t)r->world;
     double total = 0.0;
+    model_profile_pause(&r->m->oc, 1); /* validation is no training step's work */
     for (size_t w0 = lo; w0 < hi; w0 += (size_t)batch) {
         const int64_t b = (int64_t)(hi - w0 < (size_t)batch ? hi - w0 : (size_t)batch);
         for (int64_t i = 0; i < b; ++i)
@@ -186,6 +187,7 @@ static bfp8_status evaluate(run_state *r, int64_t batch, int64_t seq, double *me
         BFP8_TRY(model_forward(r->m, r->inputs, r->targets, b, seq, &loss));
         total += loss * (double)b;
     }
+    model_profile_pause(&r->m->oc, 0);
     if (r->data_parallel) dp_sum_scalars(&r->dp, &total, 1);
     *mean_loss = total / (double)windows;
     return BFP8_OK;
@@ -605,9 +607,11 @@ static int train_loop(run_state *r, int64_t start_step) {
             loss_sum += loss;
         }
         if (r->data_parallel) { /* the mean gradient and loss over the ranks */
+            model_profile_mark(&m->oc, MODEL_PROFILE_COMMUNICATION);
             if (dp_allreduce_mean(&r->dp, m->grads, m->num_params) != BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
             dp_sum_scalars(&r->dp, &loss_sum, 1);
+            model_profile_mark(&m->oc, MODEL_PROFILE_NONE);
             loss_sum /= (double)r->world;
         }
         double grad_norm;

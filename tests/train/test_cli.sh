@@ -20,7 +20,8 @@
 #            parallelism; 2 ranks x batch 1 track 1 rank x batch 2; a 2-rank
 #            run stopped and resumed (the ranks from the checkpoint) is
 #            bit-identical to an uninterrupted one; a rank that dies stops
-#            the others (no hang), a NaN stops every rank, bad values refused
+#            the others (no hang), a NaN stops every rank, bad values refused;
+#            --profile on 2 ranks: the same losses, the all-reduce timed
 #   dp_cuda  --data-parallel --device cuda over NCCL (exit 77 without a GPU):
 #            one rank bit-identical to the plain GPU run; with 2 GPUs, the
 #            checks of `dp` on the GPUs
@@ -318,6 +319,15 @@ data_parallel_checks() {
         --eval-every 2 --eval-batches 1 --threads 2 "${dev[@]}" --checkpoint-dir "${tag}r2part" --resume || return
     grep -qF "x 2 ranks" out.txt || fail "$tag: the resumed run is not on 2 ranks: $(grep '^run:' out.txt)"
     same_file "$tag: 2 ranks resumed bit-identical to uninterrupted" "${tag}r2/checkpoint.bin" "${tag}r2part/checkpoint.bin"
+    expect_ok "$tag: 2 ranks with --profile" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 --profile \
+        --checkpoint-dir "${tag}r2prof" || return
+    losses_same "$tag: --profile changes no loss on 2 ranks" "${tag}r2/metrics.jsonl" "${tag}r2prof/metrics.jsonl"
+    checks=$((checks + 1))
+    if awk '$1 == "communication" && $2 > 0 {found = 1} END {exit !found}' out.txt; then
+        echo "ok   $tag: --profile times the gradient all-reduce"
+    else
+        fail "$tag: no communication time: $(grep -A8 '^profile:' out.txt)"
+    fi
     cp "${tag}r2/checkpoint.bin" "${tag}r2ref.bin"
     checks=$((checks + 1))
     local t0=$SECONDS
