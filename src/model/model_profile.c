@@ -1,7 +1,7 @@
 /*
  * model_profile.c - the step profile by kind of work (model_profile.h):
- * marks kept in a ring of MODEL_PROFILE_MARKS, read into per-class totals
- * when it fills or when the totals are asked for.
+ * marks kept in a buffer of MODEL_PROFILE_MARKS, read into per-class totals
+ * (the older half when it fills, all when the totals are asked for).
  */
 #include "model/model_profile.h"
 
@@ -54,11 +54,13 @@ static double wall_clock_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* Add the time between marks to their classes; the last mark stays as the
- * start of the running segment (dropped when it is NONE). */
-static void read_marks(model_ops_ctx *oc) {
+/* Add the intervals that start at marks [0, upto) to their classes and drop
+ * those marks: mark `upto` then starts the rest (on CUDA this waits for
+ * it). A full buffer reads its older half only, marks made long enough ago
+ * that waiting for them stalls nothing. */
+static void read_marks(model_ops_ctx *oc, int upto) {
     struct model_profile *p = oc->profile;
-    for (int i = 0; i + 1 < p->marks; ++i) {
+    for (int i = 0; i < upto; ++i) {
         if (p->cls[i] == MODEL_PROFILE_NONE) continue;
         double ms = p->wall_ms[i + 1] - p->wall_ms[i];
 #if defined(BFP8_WITH_CUDA)
@@ -67,17 +69,15 @@ static void read_marks(model_ops_ctx *oc) {
 #endif
         p->total_ms[p->cls[i]] += ms;
     }
-    if (p->marks == 0 || p->cls[p->marks - 1] == MODEL_PROFILE_NONE) {
-        p->marks = 0;
-        return;
-    }
-    const int last = p->marks - 1;
-    void *event = p->event[0];
-    p->event[0] = p->event[last];
-    p->event[last] = event;
-    p->wall_ms[0] = p->wall_ms[last];
-    p->cls[0] = p->cls[last];
-    p->marks = 1;
+    void *done[MODEL_PROFILE_MARKS]; /* the events of the dropped marks, reused at the end */
+    memcpy(done, p->event, (size_t)upto * sizeof *done);
+    const int rest = p->marks - upto;
+    memmove(p->event, p->event + upto, (size_t)rest * sizeof *p->event);
+    memcpy(p->event + rest, done, (size_t)upto * sizeof *done);
+    memmove(p->cls, p->cls + upto, (size_t)rest * sizeof *p->cls);
+    memmove(p->wall_ms, p->wall_ms + upto, (size_t)rest * sizeof *p->wall_ms);
+    p->marks = rest;
+    if (p->marks == 1 && p->cls[0] == MODEL_PROFILE_NONE) p->marks = 0;
 }
 
 void model_profile_mark_on(model_ops_ctx *oc, model_profile_class c) {
@@ -85,7 +85,7 @@ void model_profile_mark_on(model_ops_ctx *oc, model_profile_class c) {
     if (p->paused) return;
     if (p->marks > 0 && p->cls[p->marks - 1] == c) return; /* the running segment goes on */
     if (p->marks == 0 && c == MODEL_PROFILE_NONE) return;
-    if (p->marks == MODEL_PROFILE_MARKS) read_marks(oc);
+    if (p->marks == MODEL_PROFILE_MARKS) read_marks(oc, MODEL_PROFILE_MARKS / 2);
     const int i = p->marks;
 #if defined(BFP8_WITH_CUDA)
     if (oc->device && !model_cuda_event_record(oc, &p->event[i])) return;
@@ -108,7 +108,7 @@ void model_profile_count_step(model_ops_ctx *oc) {
 bfp8_status model_profile_totals(model_ops_ctx *oc, double ms[MODEL_PROFILE_NUM_CLASSES], int64_t *steps) {
     struct model_profile *p = oc->profile;
     if (!p) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_profile_totals: the profile is off");
-    read_marks(oc);
+    if (p->marks > 0) read_marks(oc, p->marks - 1);
     BFP8_TRY(model_ops_status(oc));
     memcpy(ms, p->total_ms, sizeof p->total_ms);
     *steps = p->steps;

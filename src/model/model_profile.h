@@ -7,9 +7,9 @@
  * of the first; MODEL_PROFILE_NONE marks time that belongs to no class (the
  * trainer's own work between the model's calls). On CUDA a mark is a
  * cudaEvent recorded on the model's stream, so the times are the device's
- * and nothing waits on the host until the marks are read (every
- * MODEL_PROFILE_MARKS marks, or by model_profile_read); on the CPU a mark
- * reads the wall clock. Off (oc->profile NULL), a mark is one pointer test.
+ * and nothing waits on the host until the marks are read (when
+ * MODEL_PROFILE_MARKS are pending, the older half, long done; all of them
+ * by model_profile_totals); on the CPU a mark reads the wall clock. Off (oc->profile NULL), a mark is one pointer test.
  *
  * The classes: "linear": bfp8_linear (its FP8 or bf16 GEMMs and quantizers,
  * the weights' re-quantization after a step); "attention"; "norms and

@@ -3,8 +3,8 @@
  *   - two models keep their own ops context: a failure kept in one is not
  *     seen by the other, and is cleared once reported;
  *   - a model with the profile on computes the same bits as one with it off
- *     (the profile only reads clocks), over enough steps that the profile's
- *     ring of marks is read many times in the middle of a step;
+ *     (the profile only reads clocks), over enough steps (some 46 marks each)
+ *     that the buffer of 1024 marks fills and is read more than once;
  *   - the totals: the steps counted by model_adamw_step, time in every class
  *     the model marks, none in communication, and no more in all than the
  *     wall-clock time of the loop (each interval counted once);
