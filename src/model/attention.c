@@ -68,8 +68,7 @@ void attention_forward(model_ops_ctx *oc, float *out, float *probs, float *scrat
 }
 
 void attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                        int64_t head_dim) {
+                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim) {
     (void)oc;
     const int64_t dim = n_heads * head_dim, stride = 3 * dim;
     const float scale = 1.0f / sqrtf((float)head_dim);

@@ -21,7 +21,6 @@ void attention_forward(model_ops_ctx *oc, float *out, float *probs, float *scrat
 
 /* dqkv (written, 3 * dim wide) from dout. */
 void attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                        int64_t head_dim);
+                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
 
 #endif /* BFP8_MODEL_ATTENTION_H */

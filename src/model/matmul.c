@@ -75,8 +75,8 @@ static void matmul_panel(float *c, int64_t ldc, const float *a, int64_t lda, int
     }
 }
 
-void matmul_f32(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
-                const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+void matmul_f32(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed, const float *b,
+                int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
     (void)oc;
     const int64_t panels = (N + TILE_N - 1) / TILE_N;
 #pragma omp parallel for schedule(static) if (M * N * K >= PARALLEL_MIN_WORK)

@@ -14,8 +14,8 @@
 
 /* C[M, N] = (accumulate ? C : 0) + A . B, with B row-major K x N (ldb) and
  * A(m, k) = a[m * lda + k], or a[k * lda + m] when a_transposed. */
-void matmul_f32(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
-                const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+void matmul_f32(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed, const float *b,
+                int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 
 /* The same on the calling thread only: for callers that are already
  * parallel over independent problems (attention heads). */

@@ -301,8 +301,8 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
             void *saved = lins[i]->saved_input;
             uint32_t *flags = m->nonfinite_flags + ((size_t)l * LINEARS_PER_BLOCK + (size_t)i) *
                                                        BFP8_LINEAR_NUM_FLAGS;
-            st = model_linear_init(lins[i], ctx, &m->oc, linear_names[i], l, in_f[i], out_f[i], M,
-                                   options->recipe, options->exact_linears, w, g, flags, saved);
+            st = model_linear_init(lins[i], ctx, &m->oc, linear_names[i], l, in_f[i], out_f[i], M, options->recipe,
+                                   options->exact_linears, w, g, flags, saved);
             if (st != BFP8_OK) {
                 model_destroy(m);
                 return st;
@@ -462,16 +462,14 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
         ops->attention_forward(oc, a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
         BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], a->residual[l]));
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D,
-                             c->norm_eps);
+        ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
         BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
         PROFILE(oc, ELEMENTWISE);
         ops->swiglu_forward(oc, a->work_in, a->gate_up[l], M, F);
         BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], a->residual_mid[l]));
     }
     PROFILE(oc, ELEMENTWISE);
-    ops->rmsnorm_forward(oc, a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D,
-                         c->norm_eps);
+    ops->rmsnorm_forward(oc, a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D, c->norm_eps);
     PROFILE(oc, HEAD_LOSS);
     ops->transpose_f32(oc, a->head_t, m->head, V, D);
     ops->matmul_f32(oc, a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
@@ -504,8 +502,8 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     float *dres = a->grad_residual;
     PROFILE(oc, ELEMENTWISE);
     ops->zero_f32(oc, dres, M * D);
-    ops->rmsnorm_backward(oc, dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm,
-                          a->final_rstd, M, D);
+    ops->rmsnorm_backward(oc, dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm, a->final_rstd,
+                          M, D);
     for (int l = c->n_layers - 1; l >= 0; --l) {
         model_block *blk = &m->blocks[l];
         /* dres: the gradient of the block's output */
@@ -514,20 +512,19 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
         ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
         BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
-                              a->mlp_rstd[l], M, D);
+        ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l],
+                              M, D);
         /* dres: the gradient of residual_mid */
         BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, a->grad_a, accumulate));
         PROFILE(oc, ATTENTION);
-        ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch,
-                                seq, H, hd);
+        ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch, seq, H, hd);
         PROFILE(oc, ELEMENTWISE);
         ops->rope_backward(oc, a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         ops->rope_backward(oc, a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         BFP8_TRY(model_linear_backward(&blk->qkv, s, a->grad_b, M, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm,
-                              a->attn_rstd[l], M, D);
+        ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm, a->attn_rstd[l], M,
+                              D);
     }
     PROFILE(oc, ELEMENTWISE);
     ops->embedding_backward(oc, m->d_tok_emb, dres, a->tokens, M, D);

@@ -33,7 +33,7 @@ typedef struct model_options {
     int tf32;          /* CUDA: the fp32 products (attention, head) in TF32 (model_ops_ctx.tf32) */
     int flash_attention; /* CUDA, head_dim 64 or 128: attention without stored probabilities, bf16
                           * products (model_ops_ctx.flash_attention) */
-    int profile;       /* time by kind of work, per step (model_profile.h); off: no cost */
+    int profile;         /* time by kind of work, per step (model_profile.h); off: no cost */
 } model_options;
 
 /* One parameter tensor: where it sits in the arena and whether AdamW decays it. */

@@ -29,9 +29,8 @@ size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_re
 }
 
 bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx *oc, const char *name, int layer,
-                              int64_t in_features, int64_t out_features, int64_t max_tokens,
-                              bfp8_recipe recipe, int exact, float *weight, float *grad,
-                              uint32_t *nonfinite_flags, void *saved_input) {
+                              int64_t in_features, int64_t out_features, int64_t max_tokens, bfp8_recipe recipe,
+                              int exact, float *weight, float *grad, uint32_t *nonfinite_flags, void *saved_input) {
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->layer = layer;

@@ -44,9 +44,8 @@ int model_linear_f32_activations(bfp8_recipe recipe, int exact);
 size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_recipe recipe, int exact);
 
 bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx *oc, const char *name, int layer,
-                              int64_t in_features, int64_t out_features, int64_t max_tokens,
-                              bfp8_recipe recipe, int exact, float *weight, float *grad,
-                              uint32_t *nonfinite_flags, void *saved_input);
+                              int64_t in_features, int64_t out_features, int64_t max_tokens, bfp8_recipe recipe,
+                              int exact, float *weight, float *grad, uint32_t *nonfinite_flags, void *saved_input);
 void model_linear_release(model_linear *l);
 
 /* Re-read the fp32 master weight (quantize it, or round it to bf16). */

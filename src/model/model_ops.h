@@ -51,8 +51,7 @@ typedef struct model_ops {
     void (*attention_forward)(model_ops_ctx *oc, float *out, float *probs, float *scratch, const float *qkv,
                               int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
     void (*attention_backward)(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                               const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                               int64_t head_dim);
+                               const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
     void (*swiglu_forward)(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
     void (*swiglu_backward)(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                             int64_t hidden);
@@ -123,8 +122,7 @@ void rope_backward_cuda(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq
 void attention_forward_cuda(model_ops_ctx *oc, float *out, float *probs, float *scratch, const float *qkv,
                             int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
 void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                             int64_t head_dim);
+                             const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
 void swiglu_forward_cuda(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
 void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                           int64_t hidden);

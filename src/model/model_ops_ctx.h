@@ -24,7 +24,7 @@ typedef struct model_ops_ctx {
     int flash_attention; /* CUDA: 1: attention with head_dim 64 or 128 runs flash style (flash_attention.cu) */
     struct model_cuda_state *cuda; /* CUDA: made on first use, freed by model_ops_ctx_release */
     struct model_profile *profile; /* time by kernel class, NULL when off (model_profile.h) */
-    int failed;          /* a failure is kept: the first one since model_ops_status */
+    int failed;                    /* a failure is kept: the first one since model_ops_status */
     char message[384];
 } model_ops_ctx;
 

@@ -13,8 +13,8 @@
 #include "model/model_ops.h"
 
 struct model_profile {
-    int marks;                           /* marks not yet read */
-    int paused;                          /* model_profile_pause */
+    int marks;  /* marks not yet read */
+    int paused; /* model_profile_pause */
     model_profile_class cls[MODEL_PROFILE_MARKS];
     double wall_ms[MODEL_PROFILE_MARKS]; /* CPU: the wall clock at each mark */
     void *event[MODEL_PROFILE_MARKS];    /* CUDA: an event per mark, made on first use, reused */
@@ -23,8 +23,7 @@ struct model_profile {
 };
 
 static const char *const class_names[MODEL_PROFILE_NUM_CLASSES] = {
-    "linear (GEMMs + quantizers)", "attention", "norms and elementwise", "head + loss", "optimizer",
-    "communication"};
+    "linear (GEMMs + quantizers)", "attention", "norms and elementwise", "head + loss", "optimizer", "communication"};
 
 const char *model_profile_class_name(model_profile_class c) {
     return (int)c >= 0 && (int)c < MODEL_PROFILE_NUM_CLASSES ? class_names[c] : "none";

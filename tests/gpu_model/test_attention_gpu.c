@@ -113,11 +113,10 @@ static void run_gpu(bfp8_context *ctx, const device_attention *d, const attentio
     upload(ctx, d->scratch, poison, scratch_n * sizeof(float));
     upload(ctx, d->dqkv, poison, qkv_n * sizeof(float));
 
-    attention_forward_cuda(&g_oc, d->out, d->probs, d->scratch, d->qkv, tc->batch, tc->seq, tc->n_heads,
-                           tc->head_dim);
+    attention_forward_cuda(&g_oc, d->out, d->probs, d->scratch, d->qkv, tc->batch, tc->seq, tc->n_heads, tc->head_dim);
     CHECK_OK(model_ops_status(&g_oc));
-    attention_backward_cuda(&g_oc, d->dqkv, d->scratch, d->dout, d->qkv, d->probs, tc->batch, tc->seq,
-                            tc->n_heads, tc->head_dim);
+    attention_backward_cuda(&g_oc, d->dqkv, d->scratch, d->dout, d->qkv, d->probs, tc->batch, tc->seq, tc->n_heads,
+                            tc->head_dim);
     CHECK_OK(model_ops_status(&g_oc));
     CHECK_OK(bfp8_context_synchronize(ctx));
     CHECK_OK(model_ops_status(&g_oc));

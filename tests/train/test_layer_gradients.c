@@ -311,8 +311,8 @@ static void test_matmul(void) {
     fill(x, c.M * c.K, 1.0f, 13);
     fill(w, c.N * c.K, 1.0f, 14);
     fill(dy, c.M * c.N, 1.0f, 15);
-    matmul_f32(NULL, dx, c.K, dy, c.N, 0, w, c.K, c.M, c.K, c.N, 0);    /* dx = dy W */
-    matmul_f32(NULL, dw, c.K, dy, c.N, 1, x, c.K, c.N, c.K, c.M, 0);    /* dW = dy^T x */
+    matmul_f32(NULL, dx, c.K, dy, c.N, 0, w, c.K, c.M, c.K, c.N, 0); /* dx = dy W */
+    matmul_f32(NULL, dw, c.K, dy, c.N, 1, x, c.K, c.N, c.K, c.M, 0); /* dW = dy^T x */
     check_input("matmul dx", matmul_fwd, &c, x, c.M * c.K, dx, out, dy, c.M * c.N, 1e-2f);
     check_input("matmul dW", matmul_fwd, &c, w, c.N * c.K, dw, out, dy, c.M * c.N, 1e-2f);
     /* against a plain double loop */

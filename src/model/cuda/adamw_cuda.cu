@@ -11,7 +11,6 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-
 struct adamw_args {
     float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
     float correction1, correction2, grad_scale;

@@ -133,11 +133,11 @@ bool gemm_over_heads(model_ops_ctx *oc, cublasHandle_t handle, bool a_transposed
                      int64_t n, int64_t k, head_matrices a, head_matrices b, float *c, int64_t ldc,
                      int64_t c_head_stride, int64_t heads, const char *what) {
     const float one = 1.0f, zero = 0.0f;
-    return !failed(oc, cublasSgemmStridedBatched(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                             a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
-                                             (int)k, &one, b.data, (int)b.ld, b.head_stride, a.data,
-                                             (int)a.ld, a.head_stride, &zero, c, (int)ldc, c_head_stride,
-                                             (int)heads),
+    return !failed(oc,
+                   cublasSgemmStridedBatched(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                             a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
+                                             b.data, (int)b.ld, b.head_stride, a.data, (int)a.ld, a.head_stride, &zero,
+                                             c, (int)ldc, c_head_stride, (int)heads),
                    what);
 }
 
@@ -178,15 +178,15 @@ extern "C" void attention_forward_cuda(model_ops_ctx *oc, float *out, float *pro
         float *s_b = probs + b * n_heads * square;
         for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
             const int64_t r1 = block_end(r0, seq);
-            if (!gemm_over_heads(oc, handle, false, true, r1 - r0, r1, head_dim,
-                                 {q + r0 * stride, stride, head_dim}, {k, stride, head_dim}, s_b + r0 * seq,
-                                 seq, square, n_heads, "attention_forward S = Q K^T"))
+            if (!gemm_over_heads(oc, handle, false, true, r1 - r0, r1, head_dim, {q + r0 * stride, stride, head_dim},
+                                 {k, stride, head_dim}, s_b + r0 * seq, seq, square, n_heads,
+                                 "attention_forward S = Q K^T"))
                 return;
         }
     }
     const int64_t rows = batch * n_heads * seq;
-    causal_softmax_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream(oc)>>>(
-        probs, rows, seq, scale);
+    causal_softmax_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream(oc)>>>(probs, rows, seq,
+                                                                                                 scale);
     check_launch(oc, "attention_forward causal_softmax_rows");
 
     /* O = P V: queries [r0, r1) over the keys [0, r1) (P is 0 after them) */
@@ -205,9 +205,8 @@ extern "C" void attention_forward_cuda(model_ops_ctx *oc, float *out, float *pro
 }
 
 extern "C" void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout,
-                                        const float *qkv,
-                                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                                        int64_t head_dim) {
+                                        const float *qkv, const float *probs, int64_t batch, int64_t seq,
+                                        int64_t n_heads, int64_t head_dim) {
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
     if (flash_attention_backward(oc, dqkv, scratch, dout, qkv, probs, batch, seq, n_heads, head_dim)) return;
     if (!sizes_fit_cublas(oc, seq, n_heads, head_dim, "attention_backward (sizes beyond int)")) return;
@@ -251,11 +250,9 @@ extern "C" void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *s
                                  "attention_backward dQ = dS K") ||
                 !gemm_over_heads(oc, handle, true, false, r1 - r0, head_dim, seq - r0,
                                  {ds_b + r0 * seq + r0, seq, square}, {q + r0 * stride, stride, head_dim},
-                                 dk + r0 * stride, stride, head_dim, n_heads,
-                                 "attention_backward dK = dS^T Q") ||
-                !gemm_over_heads(oc, handle, true, false, r1 - r0, head_dim, seq - r0,
-                                 {p + r0 * seq + r0, seq, square}, {d_o + r0 * dim, dim, head_dim},
-                                 dv + r0 * stride, stride, head_dim, n_heads,
+                                 dk + r0 * stride, stride, head_dim, n_heads, "attention_backward dK = dS^T Q") ||
+                !gemm_over_heads(oc, handle, true, false, r1 - r0, head_dim, seq - r0, {p + r0 * seq + r0, seq, square},
+                                 {d_o + r0 * dim, dim, head_dim}, dv + r0 * stride, stride, head_dim, n_heads,
                                  "attention_backward dV = P^T dO"))
                 return;
         }

@@ -85,12 +85,11 @@ extern "C" double cross_entropy_forward_cuda(model_ops_ctx *oc, float *row_losse
     else
         cross_entropy_forward_kernel<1><<<blocks, threads, 0, stream(oc)>>>(row_losses, logits, targets, tokens, vocab);
     if (failed(oc, cudaGetLastError(), "cross_entropy_forward")) return NAN;
-    float *host =
-        (float *)host_scratch(oc, &model_cuda_state::host_result, (size_t)tokens * sizeof(float),
-                              "cross_entropy_forward (host buffer)");
+    float *host = (float *)host_scratch(oc, &model_cuda_state::host_result, (size_t)tokens * sizeof(float),
+                                        "cross_entropy_forward (host buffer)");
     if (!host) return NAN;
-    if (failed(oc, cudaMemcpyAsync(host, row_losses, (size_t)tokens * sizeof(float), cudaMemcpyDeviceToHost,
-                                   stream(oc)),
+    if (failed(oc,
+               cudaMemcpyAsync(host, row_losses, (size_t)tokens * sizeof(float), cudaMemcpyDeviceToHost, stream(oc)),
                "cross_entropy_forward (copy)") ||
         failed(oc, cudaStreamSynchronize(stream(oc)), "cross_entropy_forward (synchronize)"))
         return NAN;

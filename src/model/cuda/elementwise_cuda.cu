@@ -95,7 +95,7 @@ extern "C" void f32_to_bf16_cuda(model_ops_ctx *oc, uint16_t *dst, const float *
     const int sizes[] = {2, 4};
     const vec4_split split = split_for_vec4(n, ptrs, sizes, 2);
     f32_to_bf16_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream(oc)>>>(dst, src, n,
-                                                                                                      split);
+                                                                                                         split);
     check_launch(oc, "f32_to_bf16");
 }
 
@@ -105,6 +105,6 @@ extern "C" void bf16_to_f32_cuda(model_ops_ctx *oc, float *dst, const uint16_t *
     const int sizes[] = {4, 2};
     const vec4_split split = split_for_vec4(n, ptrs, sizes, 2);
     bf16_to_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream(oc)>>>(dst, src, n,
-                                                                                                      split, add);
+                                                                                                         split, add);
     check_launch(oc, "bf16_to_f32");
 }

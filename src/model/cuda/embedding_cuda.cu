@@ -13,7 +13,6 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-
 template <int V>
 __global__ void embedding_forward_kernel(float *__restrict__ out, const int32_t *__restrict__ tokens,
                                          const float *__restrict__ table, int64_t count, int64_t dim) {
@@ -116,7 +115,8 @@ extern "C" void embedding_backward_cuda(model_ops_ctx *oc, float *dtable, const 
     }
     const int n = (int)count;
     size_t sort_bytes = 0;
-    if (failed(oc, cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, (int32_t *)nullptr,
+    if (failed(oc,
+               cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, (int32_t *)nullptr,
                                                (const int32_t *)nullptr, (int32_t *)nullptr, n, 0, 32, stream(oc)),
                "embedding_backward (sort size)"))
         return;
@@ -128,7 +128,8 @@ extern "C" void embedding_backward_cuda(model_ops_ctx *oc, float *dtable, const 
             *sorted_positions = (int32_t *)(base + 2 * ints);
     iota_kernel<<<grid_for(count, kThreads), kThreads, 0, stream(oc)>>>(positions, count);
     check_launch(oc, "embedding_backward (positions)");
-    if (failed(oc, cub::DeviceRadixSort::SortPairs(base + 3 * ints, sort_bytes, tokens, sorted_tokens, positions,
+    if (failed(oc,
+               cub::DeviceRadixSort::SortPairs(base + 3 * ints, sort_bytes, tokens, sorted_tokens, positions,
                                                sorted_positions, n, 0, 32, stream(oc)),
                "embedding_backward (sort)"))
         return;

@@ -54,12 +54,12 @@ __global__ void bf16_to_f32_kernel(float4 *dst, const uint2 *src, int64_t n4) {
 /* n (a multiple of 4) values */
 void to_bf16(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n, const char *what) {
     f32_to_bf16_kernel<<<grid_for(n / 4, 256), 256, 0, stream(oc)>>>(reinterpret_cast<uint2 *>(dst),
-                                                                    reinterpret_cast<const float4 *>(src), n / 4);
+                                                                     reinterpret_cast<const float4 *>(src), n / 4);
     check_launch(oc, what);
 }
 void to_f32(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, const char *what) {
     bf16_to_f32_kernel<<<grid_for(n / 4, 256), 256, 0, stream(oc)>>>(reinterpret_cast<float4 *>(dst),
-                                                                    reinterpret_cast<const uint2 *>(src), n / 4);
+                                                                     reinterpret_cast<const uint2 *>(src), n / 4);
     check_launch(oc, what);
 }
 
@@ -122,8 +122,8 @@ int flash_attention_forward(model_ops_ctx *oc, float *out, float *probs, float *
     const scratch_parts sp = split_scratch(scratch, d);
     uint16_t *o16 = o_copy(probs, d);
     to_bf16(oc, sp.qkv16, qkv, tokens * 3 * dim, "flash attention: qkv to bf16");
-    failed_op(oc, bfp8_attention_forward_launch(stream(oc), num_sms(oc), &d, sp.qkv16, sp.qkv16 + dim,
-                                                sp.qkv16 + 2 * dim,
+    failed_op(oc,
+              bfp8_attention_forward_launch(stream(oc), num_sms(oc), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim,
                                             o16, probs),
               "flash attention forward");
     to_f32(oc, out, o16, tokens * dim, "flash attention: out to f32");
@@ -146,8 +146,8 @@ int flash_attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, con
     const uint16_t *o16 = o_copy(const_cast<float *>(probs), d);
     to_bf16(oc, sp.qkv16, qkv, tokens * 3 * dim, "flash attention: qkv to bf16");
     to_bf16(oc, sp.do16, dout, tokens * dim, "flash attention: dO to bf16");
-    failed_op(oc, bfp8_attention_backward_launch(stream(oc), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim, o16,
-                                                 sp.do16,
+    failed_op(oc,
+              bfp8_attention_backward_launch(stream(oc), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim, o16, sp.do16,
                                              probs, sp.dqkv16, sp.dqkv16 + dim, sp.dqkv16 + 2 * dim, sp.workspace,
                                              bfp8_attn::kBwdDefault),
               "flash attention backward");

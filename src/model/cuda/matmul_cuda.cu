@@ -46,16 +46,18 @@ extern "C" void matmul_f32_cuda(model_ops_ctx *oc, float *c, int64_t ldc, const 
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { /* an empty sum: C = C, or C = 0 (cuBLAS's handling of k = 0 is not relied on) */
         if (!accumulate)
-            failed(oc, cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0, (size_t)N * sizeof(float), (size_t)M,
-                                         stream(oc)),
-                   "matmul_f32 (zero)");
+            failed(
+                oc,
+                cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0, (size_t)N * sizeof(float), (size_t)M, stream(oc)),
+                "matmul_f32 (zero)");
         return;
     }
     cublasHandle_t handle = cublas(oc);
     if (!handle) return;
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f; /* beta 0: C is not read, as on the CPU */
-    failed(oc, cublasSgemm_64(handle, CUBLAS_OP_N, a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, b, ldb, a,
-                          lda, &beta, c, ldc),
+    failed(oc,
+           cublasSgemm_64(handle, CUBLAS_OP_N, a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, b, ldb, a, lda,
+                          &beta, c, ldc),
            "matmul_f32");
 }
 

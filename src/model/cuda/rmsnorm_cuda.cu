@@ -12,7 +12,6 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-
 template <int V>
 __global__ void rmsnorm_forward_kernel(float *__restrict__ out, float *__restrict__ rstd,
                                        const float *__restrict__ x, const float *__restrict__ weight,

@@ -54,23 +54,23 @@ void rope_rotate_cuda(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, i
     const dim3 grid = rows_by_chunks(rows, items, threads);
     if (vec)
         rope_kernel<4><<<grid, threads, 0, stream(oc)>>>(x, rows, seq, (int)n_heads, (int)head_dim, row_stride,
-                                                        cos_table, sin_table, sin_sign);
+                                                         cos_table, sin_table, sin_sign);
     else
         rope_kernel<1><<<grid, threads, 0, stream(oc)>>>(x, rows, seq, (int)n_heads, (int)head_dim, row_stride,
-                                                        cos_table, sin_table, sin_sign);
+                                                         cos_table, sin_table, sin_sign);
     check_launch(oc, what);
 }
 
 } /* namespace */
 
 extern "C" void rope_forward_cuda(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads,
-                                  int64_t head_dim,
-                                  int64_t row_stride, const float *cos_table, const float *sin_table) {
+                                  int64_t head_dim, int64_t row_stride, const float *cos_table,
+                                  const float *sin_table) {
     rope_rotate_cuda(oc, x, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, 1.0f, "rope_forward");
 }
 
 extern "C" void rope_backward_cuda(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq, int64_t n_heads,
-                                   int64_t head_dim,
-                                   int64_t row_stride, const float *cos_table, const float *sin_table) {
+                                   int64_t head_dim, int64_t row_stride, const float *cos_table,
+                                   const float *sin_table) {
     rope_rotate_cuda(oc, dx, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, -1.0f, "rope_backward");
 }
