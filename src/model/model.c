@@ -351,6 +351,7 @@ bfp8_status model_sync_weights(model *m) {
         BFP8_TRY(model_linear_set_weight(&blk->gate_up));
         BFP8_TRY(model_linear_set_weight(&blk->down));
     }
+    PROFILE(&m->oc, NONE);
     return BFP8_OK;
 }
 
@@ -410,7 +411,7 @@ bfp8_status model_adamw_step(model *m, const adamw_hparams *h, float grad_scale,
     }
     BFP8_TRY(model_ops_status(&m->oc));
     const bfp8_status st = model_sync_weights(m); /* the linear layers mark their own time */
-    PROFILE(&m->oc, NONE);
+    PROFILE(&m->oc, NONE); /* (after a failure too) */
     model_profile_count_step(&m->oc);
     return st;
 }

@@ -117,8 +117,14 @@ bfp8_status model_profile_totals(model_ops_ctx *oc, double ms[MODEL_PROFILE_NUM_
 void model_profile_reset(model_ops_ctx *oc) {
     struct model_profile *p = oc->profile;
     if (!p) return;
+    if (p->marks > 0) read_marks(oc, p->marks - 1); /* the time so far is dropped below */
     memset(p->total_ms, 0, sizeof p->total_ms);
     p->steps = 0;
+    if (p->marks == 1) { /* a segment is running: it restarts now */
+        const model_profile_class running = p->cls[0];
+        p->marks = 0;
+        model_profile_mark_on(oc, running);
+    }
 }
 
 bfp8_status model_profile_print(model_ops_ctx *oc, FILE *out) {

@@ -66,7 +66,7 @@ void model_profile_count_step(model_ops_ctx *oc);
 /* Milliseconds per class since the start, and the steps counted; waits for
  * the marks made so far (the device's stream on CUDA). */
 bfp8_status model_profile_totals(model_ops_ctx *oc, double ms[MODEL_PROFILE_NUM_CLASSES], int64_t *steps);
-/* Zero the totals and the step count. */
+/* Zero the totals and the step count (a segment running is counted from now on). */
 void model_profile_reset(model_ops_ctx *oc);
 /* The table: class, ms per step, share of the classes' sum; and the total. */
 bfp8_status model_profile_print(model_ops_ctx *oc, FILE *out);

@@ -8,7 +8,7 @@
  *   - the totals: the steps counted by model_adamw_step, time in every class
  *     the model marks, none in communication, and no more in all than the
  *     wall-clock time of the loop (each interval counted once);
- *   - the printed table, pause and reset.
+ *   - the printed table, pause and reset; a weight sync's time ends with it.
  *
  *   ctest --test-dir build -R train_model_profile
  */
@@ -131,6 +131,21 @@ int main(void) {
     CHECK(steps == 0 && ms[MODEL_PROFILE_LINEAR] == 0.0, "reset left %lld steps, %g ms", (long long)steps,
           ms[MODEL_PROFILE_LINEAR]);
     CHECK(model_profile_totals(&plain->oc, ms, &steps) != BFP8_OK, "totals of a model without a profile");
+
+    /* bfp8_linear layers: re-quantizing the weights is "linear" time, and it ends there (the host's
+     * time after it is no class's) */
+    model *bf16 = NULL;
+    opts.exact_linears = 0;
+    CHECK_OK(model_create(&bf16, ctx, &tiny, &opts));
+    if (bf16) {
+        CHECK_OK(model_init_weights(bf16, 7));
+        const struct timespec pause = {0, 50 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        CHECK_OK(model_profile_totals(&bf16->oc, ms, &steps));
+        CHECK(ms[MODEL_PROFILE_LINEAR] > 0.0 && ms[MODEL_PROFILE_LINEAR] < 40.0,
+              "re-quantizing the weights: %g ms of linear (the 50 ms after it counted?)", ms[MODEL_PROFILE_LINEAR]);
+        model_destroy(bf16);
+    }
 
     model_destroy(plain);
     model_destroy(profiled);
