@@ -92,9 +92,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_attention: flash attention needs head_dim 64 or 128 (got %lld)\n", (long long)head_dim);
         return 2;
     }
-    model_cuda_set_stream(NULL);
-    model_cuda_set_flash_attention(flash);
-    model_cuda_set_tf32(tf32);
+    /* the ops on the legacy default stream, where the events are recorded */
+    model_ops_ctx oc = {.device = 1, .stream = NULL, .tf32 = tf32, .flash_attention = flash};
 
     const int64_t dim = heads * head_dim, tokens = batch * seq;
     const size_t qkv_n = (size_t)(tokens * 3 * dim), out_n = (size_t)(tokens * dim);
@@ -120,12 +119,12 @@ int main(int argc, char **argv) {
     float fwd_ms[1000], bwd_ms[1000];
     for (int r = -2; r < reps; ++r) { /* two warm-up rounds */
         BENCH_CUDA_OR_DIE(cudaEventRecord(ev[0], NULL));
-        attention_forward_cuda(out, probs, scratch, qkv, batch, seq, heads, head_dim);
+        attention_forward_cuda(&oc, out, probs, scratch, qkv, batch, seq, heads, head_dim);
         BENCH_CUDA_OR_DIE(cudaEventRecord(ev[1], NULL));
-        attention_backward_cuda(dqkv, scratch, dout, qkv, probs, batch, seq, heads, head_dim);
+        attention_backward_cuda(&oc, dqkv, scratch, dout, qkv, probs, batch, seq, heads, head_dim);
         BENCH_CUDA_OR_DIE(cudaEventRecord(ev[2], NULL));
         BENCH_CUDA_OR_DIE(cudaEventSynchronize(ev[2]));
-        if (model_cuda_status() != BFP8_OK) {
+        if (model_ops_status(&oc) != BFP8_OK) {
             fprintf(stderr, "bench_attention: %s\n", bfp8_last_error());
             return 1;
         }
@@ -145,5 +144,6 @@ int main(int argc, char **argv) {
     printf("  backward  %8.3f ms  %6.1f TFLOP/s  (min %.3f ms)\n", b, 2.5 * fwd_flop / (b * 1e-3) / 1e12, bwd_ms[0]);
     printf("  hashes: out %016llx  dqkv %016llx\n", (unsigned long long)device_hash(out, out_n),
            (unsigned long long)device_hash(dqkv, qkv_n));
+    model_ops_ctx_release(&oc);
     return 0;
 }

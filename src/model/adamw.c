@@ -6,8 +6,9 @@
 
 #include <math.h>
 
-void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
+void adamw_update(model_ops_ctx *oc, float *param, const float *grad, float *m, float *v, size_t n,
                   const adamw_hparams *h, float grad_scale, int64_t step, int decay) {
+    (void)oc;
     const float correction1 = 1.0f - powf(h->beta1, (float)step);
     const float correction2 = 1.0f - powf(h->beta2, (float)step);
     const float wd = decay ? h->weight_decay : 0.0f;
@@ -21,7 +22,8 @@ void adamw_update(float *param, const float *grad, float *m, float *v, size_t n,
     }
 }
 
-double gradient_global_norm(const float *grad, size_t n) {
+double gradient_global_norm(model_ops_ctx *oc, const float *grad, size_t n) {
+    (void)oc;
     enum { CHUNKS = 64 };
     double partial[CHUNKS];
     const size_t chunk = (n + CHUNKS - 1) / CHUNKS;

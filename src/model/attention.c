@@ -30,8 +30,9 @@ static void transpose_head(float *dst, const float *src, int64_t seq, int64_t he
         for (int64_t i = 0; i < head_dim; ++i) dst[i * seq + t] = src[t * stride + i];
 }
 
-void attention_forward(float *out, float *probs, float *scratch, const float *qkv, int64_t batch,
+void attention_forward(model_ops_ctx *oc, float *out, float *probs, float *scratch, const float *qkv, int64_t batch,
                        int64_t seq, int64_t n_heads, int64_t head_dim) {
+    (void)oc;
     const int64_t dim = n_heads * head_dim, stride = 3 * dim;
     const float scale = 1.0f / sqrtf((float)head_dim);
 #pragma omp parallel for schedule(dynamic, 1) if (batch * n_heads * seq * seq * head_dim >= PARALLEL_MIN_WORK)
@@ -66,9 +67,9 @@ void attention_forward(float *out, float *probs, float *scratch, const float *qk
     }
 }
 
-void attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                        int64_t head_dim) {
+void attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim) {
+    (void)oc;
     const int64_t dim = n_heads * head_dim, stride = 3 * dim;
     const float scale = 1.0f / sqrtf((float)head_dim);
 #pragma omp parallel for schedule(dynamic, 1) if (batch * n_heads * seq * seq * head_dim >= PARALLEL_MIN_WORK)

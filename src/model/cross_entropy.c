@@ -15,8 +15,9 @@ static float row_log_sum_exp(const float *row, int64_t vocab) {
     return max_logit + logf(sum);
 }
 
-double cross_entropy_forward(float *row_losses, const float *logits, const int32_t *targets,
+double cross_entropy_forward(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
                              int64_t tokens, int64_t vocab) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * vocab >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *row = logits + t * vocab;
@@ -27,8 +28,9 @@ double cross_entropy_forward(float *row_losses, const float *logits, const int32
     return total / (double)tokens;
 }
 
-void cross_entropy_backward(float *dlogits, const float *logits, const int32_t *targets,
+void cross_entropy_backward(model_ops_ctx *oc, float *dlogits, const float *logits, const int32_t *targets,
                             int64_t tokens, int64_t vocab, float scale) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * vocab >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *row = logits + t * vocab;

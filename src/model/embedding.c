@@ -8,15 +8,17 @@
 
 #include <string.h>
 
-void embedding_forward(float *out, const int32_t *tokens, const float *table, int64_t count,
+void embedding_forward(model_ops_ctx *oc, float *out, const int32_t *tokens, const float *table, int64_t count,
                        int64_t dim) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (count * dim >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < count; ++t)
         memcpy(out + t * dim, table + (int64_t)tokens[t] * dim, (size_t)dim * sizeof *out);
 }
 
-void embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int64_t count,
+void embedding_backward(model_ops_ctx *oc, float *dtable, const float *dout, const int32_t *tokens, int64_t count,
                         int64_t dim) {
+    (void)oc;
     enum { COLUMNS = 16 };
     const int64_t blocks = (dim + COLUMNS - 1) / COLUMNS;
 #pragma omp parallel for schedule(static) if (count * dim >= PARALLEL_MIN_WORK)

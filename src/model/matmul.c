@@ -75,8 +75,9 @@ static void matmul_panel(float *c, int64_t ldc, const float *a, int64_t lda, int
     }
 }
 
-void matmul_f32(float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
-                const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+void matmul_f32(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed, const float *b,
+                int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
+    (void)oc;
     const int64_t panels = (N + TILE_N - 1) / TILE_N;
 #pragma omp parallel for schedule(static) if (M * N * K >= PARALLEL_MIN_WORK)
     for (int64_t p = 0; p < panels; ++p) {
@@ -93,7 +94,8 @@ void matmul_f32_serial(float *c, int64_t ldc, const float *a, int64_t lda, int a
                      K, accumulate);
 }
 
-void transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols) {
+void transpose_f32(model_ops_ctx *oc, float *dst, const float *src, int64_t rows, int64_t cols) {
+    (void)oc;
     enum { BLOCK = 32 };
 #pragma omp parallel for schedule(static) if (rows * cols >= PARALLEL_MIN_WORK)
     for (int64_t r0 = 0; r0 < rows; r0 += BLOCK)

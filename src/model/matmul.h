@@ -10,10 +10,12 @@
 
 #include <stdint.h>
 
+#include "model/model_ops_ctx.h"
+
 /* C[M, N] = (accumulate ? C : 0) + A . B, with B row-major K x N (ldb) and
  * A(m, k) = a[m * lda + k], or a[k * lda + m] when a_transposed. */
-void matmul_f32(float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
-                const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+void matmul_f32(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed, const float *b,
+                int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 
 /* The same on the calling thread only: for callers that are already
  * parallel over independent problems (attention heads). */
@@ -21,6 +23,6 @@ void matmul_f32_serial(float *c, int64_t ldc, const float *a, int64_t lda, int a
                        const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
 
 /* dst[C, R] = src[R, C]^T (both dense). */
-void transpose_f32(float *dst, const float *src, int64_t rows, int64_t cols);
+void transpose_f32(model_ops_ctx *oc, float *dst, const float *src, int64_t rows, int64_t cols);
 
 #endif /* BFP8_MODEL_MATMUL_H */

@@ -13,10 +13,14 @@
 
 #include "internal.h"
 #include "model/attention.h"
+#include "model/model_profile.h"
 #include "model/rng.h"
 #include "model/rope.h"
 
 enum { LINEARS_PER_BLOCK = 4 };
+
+/* The step profile: from here on the time belongs to this class (model_profile.h). */
+#define PROFILE(oc, class) model_profile_mark((oc), MODEL_PROFILE_##class)
 
 /* ------------------------------------------------------------------------ */
 /* Arena layout: the same walk sizes the arena (base NULL) and then carves it. */
@@ -200,12 +204,11 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
                              (long long)head_dim, on_cpu ? ", on the CPU" : "");
         }
     }
-#if defined(BFP8_WITH_CUDA)
-    if (m->ops != &model_ops_cpu) {
-        model_cuda_set_tf32(options->tf32);
-        model_cuda_set_flash_attention(options->flash_attention);
+    model_ops_ctx_init(&m->oc, ctx, options->tf32, options->flash_attention);
+    if (options->profile && model_profile_create(&m->oc) != BFP8_OK) {
+        free(m);
+        return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "model_create: out of memory");
     }
-#endif
     const int L = config->n_layers;
     layout_params(m); /* counts the tensors */
     m->tensors = calloc((size_t)m->num_tensors, sizeof *m->tensors);
@@ -298,8 +301,8 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
             void *saved = lins[i]->saved_input;
             uint32_t *flags = m->nonfinite_flags + ((size_t)l * LINEARS_PER_BLOCK + (size_t)i) *
                                                        BFP8_LINEAR_NUM_FLAGS;
-            st = model_linear_init(lins[i], ctx, linear_names[i], l, in_f[i], out_f[i], M,
-                                   options->recipe, options->exact_linears, w, g, flags, saved);
+            st = model_linear_init(lins[i], ctx, &m->oc, linear_names[i], l, in_f[i], out_f[i], M, options->recipe,
+                                   options->exact_linears, w, g, flags, saved);
             if (st != BFP8_OK) {
                 model_destroy(m);
                 return st;
@@ -323,6 +326,8 @@ void model_destroy(model *m) {
             model_linear_release(&m->blocks[l].gate_up);
             model_linear_release(&m->blocks[l].down);
         }
+    model_profile_destroy(&m->oc);
+    model_ops_ctx_release(&m->oc);
     bfp8_free(m->ctx, m->param_arena);
     bfp8_free(m->ctx, m->act_arena);
     model_activations *act = &m->act;
@@ -346,6 +351,7 @@ bfp8_status model_sync_weights(model *m) {
         BFP8_TRY(model_linear_set_weight(&blk->gate_up));
         BFP8_TRY(model_linear_set_weight(&blk->down));
     }
+    PROFILE(&m->oc, NONE);
     return BFP8_OK;
 }
 
@@ -396,29 +402,25 @@ bfp8_status model_set_param(model *m, size_t index, float value) {
     return bfp8_copy_to_backend(m->ctx, m->params + index, &value, sizeof value);
 }
 
-/* A CUDA op's kept failure, if any (the CPU references cannot fail). */
-static bfp8_status ops_status(const model *m) {
-#if defined(BFP8_WITH_CUDA)
-    if (m->ops != &model_ops_cpu) return model_cuda_status();
-#else
-    (void)m;
-#endif
-    return BFP8_OK;
-}
-
 bfp8_status model_adamw_step(model *m, const adamw_hparams *h, float grad_scale, int64_t step) {
+    PROFILE(&m->oc, OPTIMIZER);
     for (int i = 0; i < m->num_tensors; ++i) {
         const model_tensor *t = &m->tensors[i];
-        m->ops->adamw_update(m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
+        m->ops->adamw_update(&m->oc, m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
                              m->adam_v + t->offset, t->count, h, grad_scale, step, t->weight_decay);
     }
-    BFP8_TRY(ops_status(m));
-    return model_sync_weights(m);
+    BFP8_TRY(model_ops_status(&m->oc));
+    const bfp8_status st = model_sync_weights(m); /* the linear layers mark their own time */
+    PROFILE(&m->oc, NONE); /* (after a failure too) */
+    model_profile_count_step(&m->oc);
+    return st;
 }
 
 bfp8_status model_gradient_norm(model *m, double *norm) {
-    *norm = m->ops->gradient_global_norm(m->grads, m->num_params);
-    return ops_status(m);
+    PROFILE(&m->oc, OPTIMIZER);
+    *norm = m->ops->gradient_global_norm(&m->oc, m->grads, m->num_params);
+    PROFILE(&m->oc, NONE);
+    return model_ops_status(&m->oc);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -441,32 +443,40 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
     model_activations *a = &m->act;
     const model_linear_scratch *s = &m->linear_scratch;
     const model_ops *ops = m->ops;
+    model_ops_ctx *oc = &m->oc;
     m->last_batch = batch;
     m->last_seq = seq;
     BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->tokens, tokens, (size_t)M * sizeof *tokens));
     if (targets) BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->targets, targets, (size_t)M * sizeof *targets));
 
-    ops->embedding_forward(a->residual[0], a->tokens, m->tok_emb, M, D);
+    PROFILE(oc, ELEMENTWISE);
+    ops->embedding_forward(oc, a->residual[0], a->tokens, m->tok_emb, M, D);
     for (int l = 0; l < c->n_layers; ++l) {
         model_block *blk = &m->blocks[l];
-        ops->rmsnorm_forward(a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
+        PROFILE(oc, ELEMENTWISE);
+        ops->rmsnorm_forward(oc, a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
         BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], NULL));
-        ops->rope_forward(a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        ops->rope_forward(a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        ops->attention_forward(a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
+        PROFILE(oc, ELEMENTWISE);
+        ops->rope_forward(oc, a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        ops->rope_forward(oc, a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        PROFILE(oc, ATTENTION);
+        ops->attention_forward(oc, a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
         BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], a->residual[l]));
-        ops->rmsnorm_forward(a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D,
-                             c->norm_eps);
+        PROFILE(oc, ELEMENTWISE);
+        ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
         BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
-        ops->swiglu_forward(a->work_in, a->gate_up[l], M, F);
+        PROFILE(oc, ELEMENTWISE);
+        ops->swiglu_forward(oc, a->work_in, a->gate_up[l], M, F);
         BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], a->residual_mid[l]));
     }
-    ops->rmsnorm_forward(a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D,
-                         c->norm_eps);
-    ops->transpose_f32(a->head_t, m->head, V, D);
-    ops->matmul_f32(a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
-    if (targets && loss) *loss = ops->cross_entropy_forward(a->row_losses, a->logits, a->targets, M, V);
-    return ops_status(m);
+    PROFILE(oc, ELEMENTWISE);
+    ops->rmsnorm_forward(oc, a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D, c->norm_eps);
+    PROFILE(oc, HEAD_LOSS);
+    ops->transpose_f32(oc, a->head_t, m->head, V, D);
+    ops->matmul_f32(oc, a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
+    if (targets && loss) *loss = ops->cross_entropy_forward(oc, a->row_losses, a->logits, a->targets, M, V);
+    PROFILE(oc, NONE);
+    return model_ops_status(&m->oc);
 }
 
 bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
@@ -478,40 +488,50 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     model_activations *a = &m->act;
     const model_linear_scratch *s = &m->linear_scratch;
     const model_ops *ops = m->ops;
+    model_ops_ctx *oc = &m->oc;
     /* (the forward keeps its ids in backend memory; these are the same ids) */
     BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->tokens, tokens, (size_t)M * sizeof *tokens));
     BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->targets, targets, (size_t)M * sizeof *targets));
-    if (!accumulate) ops->zero_f32(m->grads, (int64_t)m->num_params);
+    PROFILE(oc, ELEMENTWISE);
+    if (!accumulate) ops->zero_f32(oc, m->grads, (int64_t)m->num_params);
 
     float *dlogits = a->logits;
-    ops->cross_entropy_backward(dlogits, a->logits, a->targets, M, V, loss_scale / (float)M);
-    ops->matmul_f32(m->d_head, D, dlogits, V, 1, a->final_out, D, V, D, M, 1);
-    ops->matmul_f32(a->grad_a, D, dlogits, V, 0, m->head, D, M, D, V, 0);
+    PROFILE(oc, HEAD_LOSS);
+    ops->cross_entropy_backward(oc, dlogits, a->logits, a->targets, M, V, loss_scale / (float)M);
+    ops->matmul_f32(oc, m->d_head, D, dlogits, V, 1, a->final_out, D, V, D, M, 1);
+    ops->matmul_f32(oc, a->grad_a, D, dlogits, V, 0, m->head, D, M, D, V, 0);
     float *dres = a->grad_residual;
-    ops->zero_f32(dres, M * D);
-    ops->rmsnorm_backward(dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm,
-                          a->final_rstd, M, D);
+    PROFILE(oc, ELEMENTWISE);
+    ops->zero_f32(oc, dres, M * D);
+    ops->rmsnorm_backward(oc, dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm, a->final_rstd,
+                          M, D);
     for (int l = c->n_layers - 1; l >= 0; --l) {
         model_block *blk = &m->blocks[l];
         /* dres: the gradient of the block's output */
         BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
-        ops->swiglu_backward(a->grad_b, a->grad_a, a->gate_up[l], M, F);
+        PROFILE(oc, ELEMENTWISE);
+        ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
         BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
-        ops->rmsnorm_backward(dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
-                              a->mlp_rstd[l], M, D);
+        PROFILE(oc, ELEMENTWISE);
+        ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l],
+                              M, D);
         /* dres: the gradient of residual_mid */
         BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, a->grad_a, accumulate));
-        ops->attention_backward(a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch,
-                                seq, H, hd);
-        ops->rope_backward(a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        ops->rope_backward(a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        PROFILE(oc, ATTENTION);
+        ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch, seq, H, hd);
+        PROFILE(oc, ELEMENTWISE);
+        ops->rope_backward(oc, a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        ops->rope_backward(oc, a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         BFP8_TRY(model_linear_backward(&blk->qkv, s, a->grad_b, M, a->grad_a, accumulate));
-        ops->rmsnorm_backward(dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm,
-                              a->attn_rstd[l], M, D);
+        PROFILE(oc, ELEMENTWISE);
+        ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm, a->attn_rstd[l], M,
+                              D);
     }
-    ops->embedding_backward(m->d_tok_emb, dres, a->tokens, M, D);
+    PROFILE(oc, ELEMENTWISE);
+    ops->embedding_backward(oc, m->d_tok_emb, dres, a->tokens, M, D);
+    PROFILE(oc, NONE);
     m->last_batch = m->last_seq = 0; /* the logits are gone */
-    return ops_status(m);
+    return model_ops_status(&m->oc);
 }
 
 const float *model_logits(const model *m) { return m->act.logits; }

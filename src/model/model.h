@@ -23,15 +23,17 @@
 #include "model/model_config.h"
 #include "model/model_linear.h"
 #include "model/model_ops.h"
+#include "model/model_profile.h"
 
 typedef struct model_options {
     bfp8_recipe recipe;
     int64_t max_batch; /* sequences per forward */
     int64_t max_seq;   /* tokens per sequence, <= config.max_seq */
     int exact_linears; /* 1: fp32 linear layers, no bfp8_linear (gradient checks) */
-    int tf32;          /* CUDA: the fp32 products (attention, head) in TF32 (model_cuda_set_tf32) */
+    int tf32;          /* CUDA: the fp32 products (attention, head) in TF32 (model_ops_ctx.tf32) */
     int flash_attention; /* CUDA, head_dim 64 or 128: attention without stored probabilities, bf16
-                          * products (model_cuda_set_flash_attention) */
+                          * products (model_ops_ctx.flash_attention) */
+    int profile;         /* time by kind of work, per step (model_profile.h); off: no cost */
 } model_options;
 
 /* One parameter tensor: where it sits in the arena and whether AdamW decays it. */
@@ -73,6 +75,7 @@ typedef struct model {
     model_options options;
     bfp8_context *ctx;
     const model_ops *ops; /* the context's backend */
+    model_ops_ctx oc;     /* what the ops run with: stream, handles, options, kept failure, profile */
 
     size_t num_params;
     float *params, *grads, *adam_m, *adam_v; /* each num_params, one arena */

@@ -3,7 +3,9 @@
  * recipe takes the model's fp32 activations as they are (bfp8_linear's _f32
  * forms); the recipes with a bf16 GEMM convert fp32 to bf16 on the way in and
  * back on the way out, with the operations of the context's backend
- * (model_ops.h).
+ * (model_ops.h). With the step profile on, the time of bfp8_linear counts as
+ * "linear" and that of the conversions and residual adds as "norms and
+ * elementwise" (model_profile.h).
  */
 #include "model/model_linear.h"
 
@@ -11,6 +13,10 @@
 #include <string.h>
 
 #include "internal.h"
+#include "model/model_profile.h"
+
+/* The step profile: from here on the time belongs to this class (model_profile.h). */
+#define PROFILE(oc, class) model_profile_mark((oc), MODEL_PROFILE_##class)
 
 int model_linear_f32_activations(bfp8_recipe recipe, int exact) {
     return !exact && recipe == BFP8_RECIPE_FP8_BLOCKWISE;
@@ -22,10 +28,9 @@ size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_re
     return (size_t)(in_features * max_tokens) * (exact ? sizeof(float) : sizeof(uint16_t));
 }
 
-bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *name, int layer,
-                              int64_t in_features, int64_t out_features, int64_t max_tokens,
-                              bfp8_recipe recipe, int exact, float *weight, float *grad,
-                              uint32_t *nonfinite_flags, void *saved_input) {
+bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx *oc, const char *name, int layer,
+                              int64_t in_features, int64_t out_features, int64_t max_tokens, bfp8_recipe recipe,
+                              int exact, float *weight, float *grad, uint32_t *nonfinite_flags, void *saved_input) {
     memset(l, 0, sizeof *l);
     snprintf(l->name, sizeof l->name, "%s", name);
     l->layer = layer;
@@ -39,6 +44,7 @@ bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *na
     l->nonfinite_flags = nonfinite_flags;
     l->saved_input = saved_input;
     l->ops = model_ops_for(ctx);
+    l->oc = oc;
     if (!l->ops)
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "model_linear_init: no model operations for this backend");
     if (exact) return BFP8_OK;
@@ -57,7 +63,9 @@ void model_linear_release(model_linear *l) {
 }
 
 bfp8_status model_linear_set_weight(model_linear *l) {
-    return l->exact ? BFP8_OK : bfp8_linear_set_weight(l->lin, l->weight);
+    if (l->exact) return BFP8_OK;
+    PROFILE(l->oc, LINEAR);
+    return bfp8_linear_set_weight(l->lin, l->weight);
 }
 
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
@@ -66,38 +74,53 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
     if (tokens > l->max_tokens)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: %lld tokens, at most %lld", l->name,
                          (long long)tokens, (long long)l->max_tokens);
+    model_ops_ctx *oc = l->oc;
     if (l->exact) {
         float *x_saved = l->saved_input;
-        l->ops->copy_f32(x_saved, x, tokens * K);
-        l->ops->transpose_f32(s->weight_t, l->weight, N, K);
-        if (residual) l->ops->copy_f32(y, residual, tokens * N);
-        l->ops->matmul_f32(y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, residual != NULL);
+        PROFILE(oc, LINEAR);
+        l->ops->copy_f32(oc, x_saved, x, tokens * K);
+        l->ops->transpose_f32(oc, s->weight_t, l->weight, N, K);
+        if (residual) l->ops->copy_f32(oc, y, residual, tokens * N);
+        l->ops->matmul_f32(oc, y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, residual != NULL);
         return BFP8_OK;
     }
     if (l->f32_activations) {
+        PROFILE(oc, LINEAR);
         BFP8_TRY(bfp8_linear_forward_f32(l->lin, x, tokens, y));
-        if (residual) l->ops->add_f32(y, residual, tokens * N);
+        PROFILE(oc, ELEMENTWISE);
+        if (residual) l->ops->add_f32(oc, y, residual, tokens * N);
         return BFP8_OK;
     }
     uint16_t *x_bf16 = l->saved_input;
-    l->ops->f32_to_bf16(x_bf16, x, tokens * K);
+    PROFILE(oc, ELEMENTWISE);
+    l->ops->f32_to_bf16(oc, x_bf16, x, tokens * K);
+    PROFILE(oc, LINEAR);
     BFP8_TRY(bfp8_linear_forward(l->lin, x_bf16, tokens, s->out_bf16));
-    if (residual) l->ops->copy_f32(y, residual, tokens * N);
-    l->ops->bf16_to_f32(y, s->out_bf16, tokens * N, residual != NULL);
+    PROFILE(oc, ELEMENTWISE);
+    if (residual) l->ops->copy_f32(oc, y, residual, tokens * N);
+    l->ops->bf16_to_f32(oc, y, s->out_bf16, tokens * N, residual != NULL);
     return BFP8_OK;
 }
 
 bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s, const float *dy,
                                   int64_t tokens, float *dx, int accumulate) {
     const int64_t K = l->in_features, N = l->out_features;
+    model_ops_ctx *oc = l->oc;
     if (l->exact) {
-        l->ops->matmul_f32(dx, K, dy, N, 0, l->weight, K, tokens, K, N, 0);
-        l->ops->matmul_f32(l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
+        PROFILE(oc, LINEAR);
+        l->ops->matmul_f32(oc, dx, K, dy, N, 0, l->weight, K, tokens, K, N, 0);
+        l->ops->matmul_f32(oc, l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
         return BFP8_OK;
     }
-    if (l->f32_activations) return bfp8_linear_backward_f32(l->lin, dy, dx, l->grad, accumulate);
-    l->ops->f32_to_bf16(s->out_bf16, dy, tokens * N);
+    if (l->f32_activations) {
+        PROFILE(oc, LINEAR);
+        return bfp8_linear_backward_f32(l->lin, dy, dx, l->grad, accumulate);
+    }
+    PROFILE(oc, ELEMENTWISE);
+    l->ops->f32_to_bf16(oc, s->out_bf16, dy, tokens * N);
+    PROFILE(oc, LINEAR);
     BFP8_TRY(bfp8_linear_backward(l->lin, s->out_bf16, s->in_bf16, l->grad, accumulate));
-    l->ops->bf16_to_f32(dx, s->in_bf16, tokens * K, 0);
+    PROFILE(oc, ELEMENTWISE);
+    l->ops->bf16_to_f32(oc, dx, s->in_bf16, tokens * K, 0);
     return BFP8_OK;
 }

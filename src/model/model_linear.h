@@ -27,6 +27,7 @@ typedef struct model_linear {
     void *saved_input;         /* the last forward's input: bf16, or f32 when exact; unused with f32_activations */
     bfp8_linear *lin;          /* NULL when exact */
     const model_ops *ops;      /* the context's backend: conversions, exact-mode products */
+    model_ops_ctx *oc;         /* what they run with (the model's) */
 } model_linear;
 
 /* Shared scratch, sized for the widest layer and max_tokens. */
@@ -42,10 +43,9 @@ int model_linear_f32_activations(bfp8_recipe recipe, int exact);
 /* Bytes of saved_input that one layer needs (0 for fp8-blockwise). */
 size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_recipe recipe, int exact);
 
-bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, const char *name, int layer,
-                              int64_t in_features, int64_t out_features, int64_t max_tokens,
-                              bfp8_recipe recipe, int exact, float *weight, float *grad,
-                              uint32_t *nonfinite_flags, void *saved_input);
+bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx *oc, const char *name, int layer,
+                              int64_t in_features, int64_t out_features, int64_t max_tokens, bfp8_recipe recipe,
+                              int exact, float *weight, float *grad, uint32_t *nonfinite_flags, void *saved_input);
 void model_linear_release(model_linear *l);
 
 /* Re-read the fp32 master weight (quantize it, or round it to bf16). */

@@ -1,11 +1,12 @@
 /*
  * model_ops.c - the table of CPU references (model_ops.h), the small
- * helpers only the table needs (copies, bf16 conversions), and the choice of
- * table by a context's backend.
+ * helpers only the table needs (copies, bf16 conversions), the choice of
+ * table by a context's backend, and the ops context (model_ops_ctx.h).
  */
 #include "model/model_ops.h"
 #include "model/parallel.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "formats/formats.h"
@@ -18,25 +19,30 @@
 #include "model/rope.h"
 #include "model/swiglu.h"
 
-static void copy_f32_cpu(float *dst, const float *src, int64_t n) {
+static void copy_f32_cpu(model_ops_ctx *oc, float *dst, const float *src, int64_t n) {
+    (void)oc;
     if (n > 0) memcpy(dst, src, (size_t)n * sizeof *dst);
 }
 
-static void zero_f32_cpu(float *dst, int64_t n) {
+static void zero_f32_cpu(model_ops_ctx *oc, float *dst, int64_t n) {
+    (void)oc;
     if (n > 0) memset(dst, 0, (size_t)n * sizeof *dst);
 }
 
-static void add_f32_cpu(float *dst, const float *src, int64_t n) {
+static void add_f32_cpu(model_ops_ctx *oc, float *dst, const float *src, int64_t n) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
     for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
-static void f32_to_bf16_cpu(uint16_t *dst, const float *src, int64_t n) {
+static void f32_to_bf16_cpu(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
     for (int64_t i = 0; i < n; ++i) dst[i] = bfp8_encode_bf16(src[i]);
 }
 
-static void bf16_to_f32_cpu(float *dst, const uint16_t *src, int64_t n, int add) {
+static void bf16_to_f32_cpu(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, int add) {
+    (void)oc;
     if (add) {
 #pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
         for (int64_t i = 0; i < n; ++i) dst[i] += bfp8_decode_bf16(src[i]);
@@ -101,9 +107,39 @@ static const model_ops model_ops_cuda_table = {
 const model_ops *model_ops_for(const bfp8_context *ctx) {
     if (bfp8_context_backend(ctx) == BFP8_BACKEND_CPU) return &model_ops_cpu;
 #if defined(BFP8_WITH_CUDA)
-    model_cuda_set_stream(ctx->stream);
     return &model_ops_cuda_table;
 #else
     return NULL;
 #endif
+}
+
+void model_ops_ctx_init(model_ops_ctx *oc, const bfp8_context *ctx, int tf32, int flash_attention) {
+    memset(oc, 0, sizeof *oc);
+    oc->device = bfp8_context_backend(ctx) != BFP8_BACKEND_CPU;
+    oc->stream = oc->device ? ctx->stream : NULL;
+    oc->tf32 = tf32 != 0;
+    oc->flash_attention = flash_attention != 0;
+}
+
+void model_ops_ctx_release(model_ops_ctx *oc) {
+    if (!oc) return;
+#if defined(BFP8_WITH_CUDA)
+    if (oc->cuda) model_cuda_release(oc);
+#endif
+    oc->cuda = NULL;
+}
+
+void model_ops_fail(model_ops_ctx *oc, const char *message) {
+    if (oc->failed) return;
+    oc->failed = 1;
+    snprintf(oc->message, sizeof oc->message, "%s", message);
+}
+
+bfp8_status model_ops_status(model_ops_ctx *oc) {
+#if defined(BFP8_WITH_CUDA)
+    if (oc->device) model_cuda_poll(oc);
+#endif
+    if (!oc->failed) return BFP8_OK;
+    oc->failed = 0;
+    return bfp8_fail(BFP8_ERR_CUDA, "%s", oc->message);
 }

@@ -8,8 +8,9 @@
 
 #include <math.h>
 
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
+void rmsnorm_forward(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
                      int64_t dim, float eps) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *xt = x + t * dim;
@@ -22,8 +23,9 @@ void rmsnorm_forward(float *out, float *rstd, const float *x, const float *weigh
     }
 }
 
-void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float *x,
+void rmsnorm_backward(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                       const float *weight, const float *rstd, int64_t tokens, int64_t dim) {
+    (void)oc;
     /* With n = x * rstd:  dx = rstd * (g - n * mean(g * n)),  g = dout * weight. */
 #pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {

@@ -7,12 +7,14 @@
 
 #include <stdint.h>
 
+#include "model/model_ops_ctx.h"
+
 /* x, out: tokens x dim; rstd: tokens (kept for backward). */
-void rmsnorm_forward(float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
+void rmsnorm_forward(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
                      int64_t dim, float eps);
 
 /* dx += d(out)/dx . dout;  dweight += sum over tokens of dout * x * rstd. */
-void rmsnorm_backward(float *dx, float *dweight, const float *dout, const float *x,
+void rmsnorm_backward(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                       const float *weight, const float *rstd, int64_t tokens, int64_t dim);
 
 #endif /* BFP8_MODEL_RMSNORM_H */

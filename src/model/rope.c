@@ -36,12 +36,14 @@ static void rope_rotate(float *x, int64_t batch, int64_t seq, int64_t n_heads, i
     }
 }
 
-void rope_forward(float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+void rope_forward(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
                   int64_t row_stride, const float *cos_table, const float *sin_table) {
+    (void)oc;
     rope_rotate(x, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, 1.0f);
 }
 
-void rope_backward(float *dx, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+void rope_backward(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
                    int64_t row_stride, const float *cos_table, const float *sin_table) {
+    (void)oc;
     rope_rotate(dx, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, -1.0f);
 }

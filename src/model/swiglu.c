@@ -6,7 +6,8 @@
 
 #include <math.h>
 
-void swiglu_forward(float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
+void swiglu_forward(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
@@ -15,8 +16,9 @@ void swiglu_forward(float *out, const float *gate_up, int64_t tokens, int64_t hi
     }
 }
 
-void swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
+void swiglu_backward(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                      int64_t hidden) {
+    (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;

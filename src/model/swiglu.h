@@ -9,9 +9,11 @@
 
 #include <stdint.h>
 
-void swiglu_forward(float *out, const float *gate_up, int64_t tokens, int64_t hidden);
+#include "model/model_ops_ctx.h"
+
+void swiglu_forward(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
 /* dgate_up (written) from dout. */
-void swiglu_backward(float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
+void swiglu_backward(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                      int64_t hidden);
 
 #endif /* BFP8_MODEL_SWIGLU_H */

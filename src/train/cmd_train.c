@@ -72,6 +72,8 @@ int cmd_train(int argc, char **argv) {
         {"flash-attention", CLI_FLAG, &o.flash_attention, NULL,
          .help = "--device cuda, head_dim 64 or 128: attention without stored probabilities, its products in bf16 "
                  "on the tensor cores (default: fp32 products, probabilities kept)"},
+        {"profile", CLI_FLAG, &o.profile, NULL,
+         .help = "at the end, where a step's time went by kind of work (CUDA events on the GPU, wall clock on the CPU)"},
         {"tf32", CLI_FLAG, &o.tf32, NULL,
          .help = "--device cuda: attention and output-head products in TF32 (default exact fp32)"},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "N", "tokens to generate at the end, 0 = none (default 200)",

@@ -147,6 +147,7 @@ static bfp8_status evaluate(run_state *r, int64_t batch, int64_t seq, double *me
     const size_t lo = windows * (size_t)r->rank / (size_t)r->world;
     const size_t hi = windows * (size_t)(r->rank + 1) / (size_t)r->world;
     double total = 0.0;
+    model_profile_pause(&r->m->oc, 1); /* validation is no training step's work */
     for (size_t w0 = lo; w0 < hi; w0 += (size_t)batch) {
         const int64_t b = (int64_t)(hi - w0 < (size_t)batch ? hi - w0 : (size_t)batch);
         for (int64_t i = 0; i < b; ++i)
@@ -155,6 +156,7 @@ static bfp8_status evaluate(run_state *r, int64_t batch, int64_t seq, double *me
         BFP8_TRY(model_forward(r->m, r->inputs, r->targets, b, seq, &loss));
         total += loss * (double)b;
     }
+    model_profile_pause(&r->m->oc, 0);
     if (r->data_parallel) dp_sum_scalars(&r->dp, &total, 1);
     *mean_loss = total / (double)windows;
     return BFP8_OK;
@@ -318,7 +320,8 @@ int train_run(train_options *o) {
         }
     }
     const model_options mopts = {.recipe = r.recipe, .max_batch = o->batch, .max_seq = o->seq,
-                                 .exact_linears = 0, .tf32 = o->tf32, .flash_attention = o->flash_attention};
+                                 .exact_linears = 0, .tf32 = o->tf32, .flash_attention = o->flash_attention,
+                                 .profile = o->profile};
     if (model_create(&r.m, r.ctx, &config, &mopts) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
@@ -461,10 +464,12 @@ static int train_loop(run_state *r, int64_t start_step) {
         }
         int stop_signal = stop_signal_received();
         if (r->data_parallel) { /* the mean gradient and loss over the ranks; whether any rank has a signal */
+            model_profile_mark(&m->oc, MODEL_PROFILE_COMMUNICATION);
             if (dp_allreduce_mean(&r->dp, m->grads, m->num_params) != BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
             double sums[2] = {loss_sum, stop_signal != 0};
             dp_sum_scalars(&r->dp, sums, 2);
+            model_profile_mark(&m->oc, MODEL_PROFILE_NONE);
             loss_sum = sums[0] / (double)r->world;
             if (sums[1] > 0.0 && !stop_signal) stop_signal = SIGTERM; /* another rank's */
         }
@@ -520,6 +525,8 @@ static int train_loop(run_state *r, int64_t start_step) {
         printf("done: %lld steps in %.1f s, %.0f tokens/s, final train loss %.4f; checkpoint %s\n",
                (long long)steps_timed, train_seconds,
                (double)(tokens_per_step * steps_timed) / train_seconds, last_loss, r->checkpoint_path);
+    if (o->profile && r->rank == 0 && model_profile_print(&m->oc, stdout) != BFP8_OK)
+        return report_failure(r, "profile: %s", bfp8_last_error());
     if (o->sample_tokens > 0 && r->rank == 0) {
         int32_t *prompt = malloc((strlen(o->prompt) + 1) * sizeof *prompt);
         size_t prompt_len = 0;

@@ -29,6 +29,7 @@ typedef struct train_options {
     int overwrite; /* a fresh run may replace <checkpoint_dir>/checkpoint.bin */
     int tf32;      /* --device cuda: attention and head products in TF32 */
     int flash_attention; /* --device cuda: attention without stored probabilities, bf16 products */
+    int profile;   /* print where a step's time went by kind of work (model_profile.h) */
     int64_t data_parallel; /* ranks (worker processes); -1: none, one process */
     int data_parallel_given;
 } train_options;

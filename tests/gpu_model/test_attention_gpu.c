@@ -23,13 +23,15 @@
 #include "model/model_ops.h"
 #include "test_util.h"
 
+static model_ops_ctx g_oc; /* what the CUDA ops run with */
+
 /* max |gpu - cpu| <= TOLERANCE * (1 + max |cpu|) per tensor. Both sides are
  * fp32 with the same formulas; only the order of the sums differs (cuBLAS
  * against the CPU's blocked GEMM), which costs a few ulps of the largest
  * terms over sums of up to seq terms. On an H200 the worst case here is
  * 3.2e-7 (dqkv, seq 1024), so this bar leaves ~60x of headroom. */
 #define TOLERANCE 2e-5
-/* With model_cuda_set_tf32(1) the products round their inputs to TF32 (10
+/* With model_ops_ctx.tf32 on the products round their inputs to TF32 (10
  * mantissa bits, ~5e-4 relative each): a bar that any indexing error would
  * still break by orders of magnitude. */
 #define TF32_TOLERANCE 2e-2
@@ -111,14 +113,13 @@ static void run_gpu(bfp8_context *ctx, const device_attention *d, const attentio
     upload(ctx, d->scratch, poison, scratch_n * sizeof(float));
     upload(ctx, d->dqkv, poison, qkv_n * sizeof(float));
 
-    attention_forward_cuda(d->out, d->probs, d->scratch, d->qkv, tc->batch, tc->seq, tc->n_heads,
-                           tc->head_dim);
-    CHECK_OK(model_cuda_status());
-    attention_backward_cuda(d->dqkv, d->scratch, d->dout, d->qkv, d->probs, tc->batch, tc->seq,
-                            tc->n_heads, tc->head_dim);
-    CHECK_OK(model_cuda_status());
+    attention_forward_cuda(&g_oc, d->out, d->probs, d->scratch, d->qkv, tc->batch, tc->seq, tc->n_heads, tc->head_dim);
+    CHECK_OK(model_ops_status(&g_oc));
+    attention_backward_cuda(&g_oc, d->dqkv, d->scratch, d->dout, d->qkv, d->probs, tc->batch, tc->seq, tc->n_heads,
+                            tc->head_dim);
+    CHECK_OK(model_ops_status(&g_oc));
     CHECK_OK(bfp8_context_synchronize(ctx));
-    CHECK_OK(model_cuda_status());
+    CHECK_OK(model_ops_status(&g_oc));
 
     download(ctx, out, d->out, out_n * sizeof(float));
     download(ctx, probs, d->probs, probs_n * sizeof(float));
@@ -148,8 +149,8 @@ static void run_case(bfp8_context *ctx, const attention_case *tc, int index, dou
     float *out_ref = test_malloc(out_n * sizeof(float)), *probs_ref = test_malloc(square_n * sizeof(float));
     float *dqkv_ref = test_malloc(qkv_n * sizeof(float));
     float *scratch_ref = test_malloc(scratch_n * sizeof(float));
-    attention_forward(out_ref, probs_ref, scratch_ref, qkv, batch, seq, n_heads, head_dim);
-    attention_backward(dqkv_ref, scratch_ref, dout, qkv, probs_ref, batch, seq, n_heads, head_dim);
+    attention_forward(NULL, out_ref, probs_ref, scratch_ref, qkv, batch, seq, n_heads, head_dim);
+    attention_backward(NULL, dqkv_ref, scratch_ref, dout, qkv, probs_ref, batch, seq, n_heads, head_dim);
 
     /* GPU, twice. */
     size_t poison_bytes = qkv_n > probs_n ? qkv_n : probs_n;
@@ -232,21 +233,21 @@ int main(void) {
     bfp8_context *ctx = NULL;
     CHECK_OK(bfp8_context_create(&ctx, BFP8_BACKEND_CUDA, 0));
     if (!ctx) return test_exit_code("test_attention_gpu");
-    /* A fresh CUDA context works on the legacy default stream (NULL). */
-    model_cuda_set_stream(NULL);
+    /* A fresh CUDA context works on the legacy default stream (NULL): the ops go there too. */
+    model_ops_ctx_init(&g_oc, ctx, 0, 0);
 
     /* Empty shapes return at once, touching no pointer. */
-    attention_forward_cuda(NULL, NULL, NULL, NULL, 0, 5, 2, 4);
-    attention_backward_cuda(NULL, NULL, NULL, NULL, NULL, 2, 0, 2, 4);
-    CHECK_OK(model_cuda_status());
+    attention_forward_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, 5, 2, 4);
+    attention_backward_cuda(&g_oc, NULL, NULL, NULL, NULL, NULL, 2, 0, 2, 4);
+    CHECK_OK(model_ops_status(&g_oc));
 
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i) run_case(ctx, &cases[i], i, TOLERANCE, 0);
-    printf("the same in TF32 (model_cuda_set_tf32):\n");
-    model_cuda_set_tf32(1);
+    printf("the same in TF32 (model_ops_ctx.tf32):\n");
+    g_oc.tf32 = 1;
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i) run_case(ctx, &cases[i], i, TF32_TOLERANCE, 0);
-    model_cuda_set_tf32(0);
-    printf("flash attention (model_cuda_set_flash_attention), head_dim 64 and 128:\n");
-    model_cuda_set_flash_attention(1);
+    g_oc.tf32 = 0;
+    printf("flash attention (model_ops_ctx.flash_attention), head_dim 64 and 128:\n");
+    g_oc.flash_attention = 1;
     int flash_cases = 0;
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i)
         if (model_cuda_flash_attention_supported(cases[i].head_dim)) {
@@ -258,8 +259,10 @@ int main(void) {
     for (int i = 0; i < (int)(sizeof flash_only / sizeof flash_only[0]); ++i, ++flash_cases)
         run_case(ctx, &flash_only[i], 100 + i, FLASH_TOLERANCE, 1);
     CHECK(flash_cases >= 8, "only %d flash cases", flash_cases);
-    model_cuda_set_flash_attention(0);
+    g_oc.flash_attention = 0;
 
+    model_ops_ctx_release(&g_oc);
+    CHECK_OK(model_ops_status(&g_oc));
     bfp8_context_destroy(ctx);
     return test_exit_code("test_attention_gpu");
 }

@@ -15,6 +15,9 @@
  * exact fp32 gradients as the CPU's are (worst tensor within 3 dB of the
  * CPU's SQNR; bf16 also at least 40 dB). Measured values are printed.
  *
+ * Also: three GPU models stepped in turn keep apart (tf32 in one reaches no
+ * other; the step profile in one changes no bit and times every class).
+ *
  *   ctest --test-dir build -R test_model_cuda
  */
 #include <math.h>
@@ -151,6 +154,49 @@ static void run_recipe(bfp8_context *cpu, bfp8_context *gpu, const char *name, b
     model_destroy(mg);
 }
 
+/* Three GPU models on one context, their steps interleaved: tf32 on in one
+ * must not reach the others (each model has its own ops context), and the
+ * profile on in another must change no bit (it only records events). */
+static void test_models_apart(bfp8_context *gpu) {
+    enum { STEPS = 2 };
+    model_options opts = {.recipe = BFP8_RECIPE_FP8_BLOCKWISE, .max_batch = B, .max_seq = T};
+    model *plain = NULL, *profiled = NULL, *tf32 = NULL;
+    CHECK_OK(model_create(&plain, gpu, &config, &opts));
+    opts.profile = 1;
+    CHECK_OK(model_create(&profiled, gpu, &config, &opts));
+    opts.profile = 0;
+    opts.tf32 = 1;
+    CHECK_OK(model_create(&tf32, gpu, &config, &opts));
+    if (!plain || !profiled || !tf32) return;
+    model *models[3] = {plain, profiled, tf32};
+    double losses[3][STEPS];
+    int32_t tokens[B * T], targets[B * T];
+    for (int i = 0; i < B * T; ++i) {
+        tokens[i] = (int32_t)((i * 37 + 11) % config.vocab_size);
+        targets[i] = (int32_t)((i * 53 + 5) % config.vocab_size);
+    }
+    const adamw_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+    for (int k = 0; k < 3; ++k) CHECK_OK(model_init_weights(models[k], 1234));
+    for (int s = 0; s < STEPS; ++s)
+        for (int k = 0; k < 3; ++k) {
+            CHECK_OK(model_forward(models[k], tokens, targets, B, T, &losses[k][s]));
+            CHECK_OK(model_backward(models[k], tokens, targets, 1.0f, 0));
+            CHECK_OK(model_adamw_step(models[k], &h, 1.0f, s + 1));
+        }
+    CHECK(memcmp(losses[0], losses[1], sizeof losses[0]) == 0, "the profile changed a loss: %.9g vs %.9g",
+          losses[0][STEPS - 1], losses[1][STEPS - 1]);
+    CHECK(memcmp(losses[0], losses[2], sizeof losses[0]) != 0, "tf32 in its model changed no loss");
+    double ms[MODEL_PROFILE_NUM_CLASSES];
+    int64_t steps = 0;
+    CHECK_OK(model_profile_totals(&profiled->oc, ms, &steps));
+    CHECK(steps == STEPS, "%lld steps profiled", (long long)steps);
+    for (int c = 0; c < MODEL_PROFILE_NUM_CLASSES; ++c)
+        CHECK(c == MODEL_PROFILE_COMMUNICATION ? ms[c] == 0.0 : ms[c] > 0.0, "%s: %g ms",
+              model_profile_class_name((model_profile_class)c), ms[c]);
+    CHECK_OK(model_profile_print(&profiled->oc, stdout));
+    for (int k = 0; k < 3; ++k) model_destroy(models[k]);
+}
+
 int main(void) {
     TEST_REQUIRE_GPU();
     bfp8_context *cpu = NULL, *gpu = NULL;
@@ -164,6 +210,7 @@ int main(void) {
     run_recipe(cpu, gpu, "fp8-blockwise-bf16wgrad", BFP8_RECIPE_FP8_BLOCKWISE_BF16WGRAD, 0, 1e-3, 0.0,
                exact_grads);
     free(exact_grads);
+    test_models_apart(gpu);
 
     /* bad input still fails cleanly on the GPU model */
     const model_options opts = {.recipe = BFP8_RECIPE_BF16, .max_batch = B, .max_seq = T, .exact_linears = 0};

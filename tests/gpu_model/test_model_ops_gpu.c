@@ -46,6 +46,7 @@
 #include "test_util.h"
 
 static bfp8_context *g_ctx;
+static model_ops_ctx g_oc; /* what the CUDA ops run with; the CPU references take NULL */
 
 /* ------------------------------------------------------------------------ */
 /* Device buffers                                                            */
@@ -76,7 +77,7 @@ static void *host_copy_of(const void *src, size_t bytes) {
 /* After a CUDA op: it ran to the end, and kept no failure. */
 static void finish_op(const char *op) {
     CHECK_OK(bfp8_context_synchronize(g_ctx));
-    const bfp8_status s = model_cuda_status();
+    const bfp8_status s = model_ops_status(&g_oc);
     CHECK(s == BFP8_OK, "%s: %s", op, bfp8_last_error());
 }
 
@@ -184,16 +185,16 @@ static void test_embedding(test_rng *rng) {
                 snprintf(what, sizeof what, "embedding count %lld dim %lld vocab %lld", (long long)count,
                          (long long)dim, (long long)vocab);
 
-                embedding_forward(out, tokens, table, count, dim);
-                embedding_forward_cuda(d_out, d_tokens, d_table, count, dim);
+                embedding_forward(NULL, out, tokens, table, count, dim);
+                embedding_forward_cuda(&g_oc, d_out, d_tokens, d_table, count, dim);
                 finish_op("embedding_forward_cuda");
                 to_host(got, d_out, (size_t)(count * dim) * sizeof(float));
                 int64_t diffs = test_compare_f32_bits(what, out, got, count * dim);
                 CHECK(diffs == 0, "%s: forward, %lld floats differ", what, (long long)diffs);
                 note(&fwd, (double)diffs);
 
-                embedding_backward(dtable, dout, tokens, count, dim);
-                embedding_backward_cuda(d_dtable, d_dout, d_tokens, count, dim);
+                embedding_backward(NULL, dtable, dout, tokens, count, dim);
+                embedding_backward_cuda(&g_oc, d_dtable, d_dout, d_tokens, count, dim);
                 finish_op("embedding_backward_cuda");
                 to_host(got, d_dtable, (size_t)(vocab * dim) * sizeof(float));
                 diffs = test_compare_f32_bits(what, dtable, got, vocab * dim);
@@ -246,8 +247,8 @@ static void test_rmsnorm(test_rng *rng) {
             char what[64];
             snprintf(what, sizeof what, "rmsnorm tokens %lld dim %lld", (long long)tokens, (long long)dim);
 
-            rmsnorm_forward(out, rstd, x, weight, tokens, dim, eps);
-            rmsnorm_forward_cuda(d_out, d_rstd, d_x, d_weight, tokens, dim, eps);
+            rmsnorm_forward(NULL, out, rstd, x, weight, tokens, dim, eps);
+            rmsnorm_forward_cuda(&g_oc, d_out, d_rstd, d_x, d_weight, tokens, dim, eps);
             finish_op("rmsnorm_forward_cuda");
             to_host(got, d_out, (size_t)n * sizeof(float));
             double err = row_error(out, got, tokens, dim);
@@ -263,8 +264,8 @@ static void test_rmsnorm(test_rng *rng) {
             float *d_dx = dev_copy_of(dx, (size_t)n * sizeof(float));
             float *d_dweight = dev_copy_of(dweight, (size_t)dim * sizeof(float));
             CHECK_OK(bfp8_copy_to_backend(g_ctx, d_rstd, rstd, (size_t)tokens * sizeof(float)));
-            rmsnorm_backward(dx, dweight, dout, x, weight, rstd, tokens, dim);
-            rmsnorm_backward_cuda(d_dx, d_dweight, d_dout, d_x, d_weight, d_rstd, tokens, dim);
+            rmsnorm_backward(NULL, dx, dweight, dout, x, weight, rstd, tokens, dim);
+            rmsnorm_backward_cuda(&g_oc, d_dx, d_dweight, d_dout, d_x, d_weight, d_rstd, tokens, dim);
             finish_op("rmsnorm_backward_cuda");
             to_host(got, d_dx, (size_t)n * sizeof(float));
             err = row_error(dx, got, tokens, dim);
@@ -325,12 +326,14 @@ static void test_rope(test_rng *rng) {
             float *d_qkv = dev_copy_of(qkv, (size_t)n * sizeof(float));
             for (int part = 0; part < 2; ++part) { /* Q, then K */
                 if (backward) {
-                    rope_backward(qkv + part * dim, batch, seq, heads, head_dim, row_stride, cos_table, sin_table);
-                    rope_backward_cuda(d_qkv + part * dim, batch, seq, heads, head_dim, row_stride, d_cos, d_sin);
+                    rope_backward(NULL, qkv + part * dim, batch, seq, heads, head_dim, row_stride, cos_table,
+                                  sin_table);
+                    rope_backward_cuda(&g_oc, d_qkv + part * dim, batch, seq, heads, head_dim, row_stride, d_cos,
+                                       d_sin);
                     finish_op("rope_backward_cuda");
                 } else {
-                    rope_forward(qkv + part * dim, batch, seq, heads, head_dim, row_stride, cos_table, sin_table);
-                    rope_forward_cuda(d_qkv + part * dim, batch, seq, heads, head_dim, row_stride, d_cos, d_sin);
+                    rope_forward(NULL, qkv + part * dim, batch, seq, heads, head_dim, row_stride, cos_table, sin_table);
+                    rope_forward_cuda(&g_oc, d_qkv + part * dim, batch, seq, heads, head_dim, row_stride, d_cos, d_sin);
                     finish_op("rope_forward_cuda");
                 }
             }
@@ -377,16 +380,16 @@ static void test_swiglu(test_rng *rng) {
             char what[64];
             snprintf(what, sizeof what, "swiglu tokens %lld hidden %lld", (long long)tokens, (long long)hidden);
 
-            swiglu_forward(out, gate_up, tokens, hidden);
-            swiglu_forward_cuda(d_out, d_gate_up, tokens, hidden);
+            swiglu_forward(NULL, out, gate_up, tokens, hidden);
+            swiglu_forward_cuda(&g_oc, d_out, d_gate_up, tokens, hidden);
             finish_op("swiglu_forward_cuda");
             to_host(got, d_out, (size_t)n * sizeof(float));
             double err = row_error(out, got, tokens, hidden);
             CHECK(err <= tol, "%s: forward error %g", what, err);
             note(&fwd, err);
 
-            swiglu_backward(dgate_up, dout, gate_up, tokens, hidden);
-            swiglu_backward_cuda(d_dgate_up, d_dout, d_gate_up, tokens, hidden);
+            swiglu_backward(NULL, dgate_up, dout, gate_up, tokens, hidden);
+            swiglu_backward_cuda(&g_oc, d_dgate_up, d_dout, d_gate_up, tokens, hidden);
             finish_op("swiglu_backward_cuda");
             to_host(got, d_dgate_up, (size_t)(2 * n) * sizeof(float));
             err = row_error(dgate_up, got, tokens, 2 * hidden);
@@ -435,8 +438,8 @@ static void cross_entropy_case(test_rng *rng, int64_t tokens, int64_t vocab, flo
     snprintf(what, sizeof what, "cross_entropy tokens %lld vocab %lld scale %g%s", (long long)tokens,
              (long long)vocab, logit_scale, nonfinite ? " non-finite" : "");
 
-    const double mean = cross_entropy_forward(losses, logits, targets, tokens, vocab);
-    const double mean_gpu = cross_entropy_forward_cuda(d_losses, d_logits, d_targets, tokens, vocab);
+    const double mean = cross_entropy_forward(NULL, losses, logits, targets, tokens, vocab);
+    const double mean_gpu = cross_entropy_forward_cuda(&g_oc, d_losses, d_logits, d_targets, tokens, vocab);
     finish_op("cross_entropy_forward_cuda");
     to_host(got, d_losses, (size_t)tokens * sizeof(float));
     double err = row_error(losses, got, tokens, 1);
@@ -447,8 +450,8 @@ static void cross_entropy_case(test_rng *rng, int64_t tokens, int64_t vocab, flo
     else
         CHECK(fabs(mean - mean_gpu) <= tol * (1.0 + fabs(mean)), "%s: mean %.9g vs %.9g", what, mean_gpu, mean);
 
-    cross_entropy_backward(dlogits, logits, targets, tokens, vocab, scale);
-    cross_entropy_backward_cuda(d_dlogits, d_logits, d_targets, tokens, vocab, scale);
+    cross_entropy_backward(NULL, dlogits, logits, targets, tokens, vocab, scale);
+    cross_entropy_backward_cuda(&g_oc, d_dlogits, d_logits, d_targets, tokens, vocab, scale);
     finish_op("cross_entropy_backward_cuda");
     to_host(got, d_dlogits, (size_t)n * sizeof(float));
     err = row_error(dlogits, got, tokens, vocab);
@@ -456,8 +459,8 @@ static void cross_entropy_case(test_rng *rng, int64_t tokens, int64_t vocab, flo
     note(bwd, err);
 
     /* in place: dlogits is logits */
-    cross_entropy_backward(logits, logits, targets, tokens, vocab, scale);
-    cross_entropy_backward_cuda(d_logits, d_logits, d_targets, tokens, vocab, scale);
+    cross_entropy_backward(NULL, logits, logits, targets, tokens, vocab, scale);
+    cross_entropy_backward_cuda(&g_oc, d_logits, d_logits, d_targets, tokens, vocab, scale);
     finish_op("cross_entropy_backward_cuda (in place)");
     to_host(got, d_logits, (size_t)n * sizeof(float));
     err = row_error(logits, got, tokens, vocab);
@@ -510,8 +513,8 @@ static void test_matmul(test_rng *rng) {
                 float *d_c = dev_copy_of(c, (size_t)c_n * sizeof(float));
                 float *got = test_malloc((size_t)c_n * sizeof(float));
 
-                matmul_f32(c, ldc, a, lda, a_transposed, b, ldb, M, N, K, accumulate);
-                matmul_f32_cuda(d_c, ldc, d_a, lda, a_transposed, d_b, ldb, M, N, K, accumulate);
+                matmul_f32(NULL, c, ldc, a, lda, a_transposed, b, ldb, M, N, K, accumulate);
+                matmul_f32_cuda(&g_oc, d_c, ldc, d_a, lda, a_transposed, d_b, ldb, M, N, K, accumulate);
                 finish_op("matmul_f32_cuda");
                 to_host(got, d_c, (size_t)c_n * sizeof(float));
                 const double err = row_error(c, got, M, ldc);
@@ -542,8 +545,8 @@ static void test_transpose(test_rng *rng) {
             float *got = test_malloc((size_t)n * sizeof(float));
             char what[64];
             snprintf(what, sizeof what, "transpose %lld x %lld", (long long)rows, (long long)cols);
-            transpose_f32(dst, src, rows, cols);
-            transpose_f32_cuda(d_dst, d_src, rows, cols);
+            transpose_f32(NULL, dst, src, rows, cols);
+            transpose_f32_cuda(&g_oc, d_dst, d_src, rows, cols);
             finish_op("transpose_f32_cuda");
             to_host(got, d_dst, (size_t)n * sizeof(float));
             const int64_t diffs = test_compare_f32_bits(what, dst, got, n);
@@ -584,8 +587,8 @@ static void test_adamw(test_rng *rng) {
                 float *d_v = dev_copy_of(v, (size_t)total * sizeof(float));
                 float *got = test_malloc((size_t)total * sizeof(float));
 
-                adamw_update(param + off, grad + goff, m + off, v + off, (size_t)n, &h, 0.7f, step, decay);
-                adamw_update_cuda(d_param + off, d_grad + goff, d_m + off, d_v + off, (size_t)n, &h, 0.7f, step,
+                adamw_update(NULL, param + off, grad + goff, m + off, v + off, (size_t)n, &h, 0.7f, step, decay);
+                adamw_update_cuda(&g_oc, d_param + off, d_grad + goff, d_m + off, d_v + off, (size_t)n, &h, 0.7f, step,
                                   decay);
                 finish_op("adamw_update_cuda");
                 int64_t worst = 0;
@@ -622,10 +625,10 @@ static void test_gradient_norm(test_rng *rng) {
             float *grad = random_floats(n + 1, 1e-2f, rng);
             if (n > 10) grad[7] = 300.0f; /* an outlier */
             float *d_grad = dev_copy_of(grad, (size_t)(n + 1) * sizeof(float));
-            const double ref = gradient_global_norm(grad + off, (size_t)n);
-            const double got = gradient_global_norm_cuda(d_grad + off, (size_t)n);
+            const double ref = gradient_global_norm(NULL, grad + off, (size_t)n);
+            const double got = gradient_global_norm_cuda(&g_oc, d_grad + off, (size_t)n);
             finish_op("gradient_global_norm_cuda");
-            const double again = gradient_global_norm_cuda(d_grad + off, (size_t)n);
+            const double again = gradient_global_norm_cuda(&g_oc, d_grad + off, (size_t)n);
             finish_op("gradient_global_norm_cuda");
             const double err = fabs(got - ref) / ref;
             CHECK(err <= tol, "norm n %lld offset %d: %.17g vs %.17g", (long long)n, off, got, ref);
@@ -648,11 +651,11 @@ static void test_beyond_2_31(void) {
                bfp8_last_error());
         return;
     }
-    zero_f32_cuda(d, n);
+    zero_f32_cuda(&g_oc, d, n);
     finish_op("zero_f32_cuda (2^31 + 5)");
     const float tail[6] = {1.0f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f}; /* elements n - 6 .. n - 1 */
     CHECK_OK(bfp8_copy_to_backend(g_ctx, d + n - 6, tail, sizeof tail));
-    const double norm = gradient_global_norm_cuda(d, (size_t)n);
+    const double norm = gradient_global_norm_cuda(&g_oc, d, (size_t)n);
     finish_op("gradient_global_norm_cuda (2^31 + 5)");
     CHECK(norm == sqrt(91.0), "norm of 2^31 + 5 floats: %.17g, expected sqrt(91)", norm);
     printf("%-24s norm of 2^31 + 5 floats %.17g (expected %.17g)\n", "beyond 2^31 elements", norm, sqrt(91.0));
@@ -676,8 +679,8 @@ static void test_copy_add_zero(test_rng *rng) {
             char what[48];
             snprintf(what, sizeof what, "copy/zero n %lld offset %d", (long long)n, off);
 
-            model_ops_cpu.copy_f32(dst + off, src + 1, n);
-            copy_f32_cuda(d_dst + off, d_src + 1, n);
+            model_ops_cpu.copy_f32(NULL, dst + off, src + 1, n);
+            copy_f32_cuda(&g_oc, d_dst + off, d_src + 1, n);
             finish_op("copy_f32_cuda");
             to_host(got, d_dst, (size_t)total * sizeof(float));
             int64_t diffs = test_compare_f32_bits(what, dst, got, total);
@@ -685,23 +688,23 @@ static void test_copy_add_zero(test_rng *rng) {
             note(&copy, (double)diffs);
 
             /* dst += src, the source misaligned against dst when off = 0 (element-wise path) */
-            model_ops_cpu.add_f32(dst + off, src + 1, n);
-            add_f32_cuda(d_dst + off, d_src + 1, n);
+            model_ops_cpu.add_f32(NULL, dst + off, src + 1, n);
+            add_f32_cuda(&g_oc, d_dst + off, d_src + 1, n);
             finish_op("add_f32_cuda");
             to_host(got, d_dst, (size_t)total * sizeof(float));
             diffs = test_compare_f32_bits(what, dst, got, total);
             CHECK(diffs == 0, "%s: add, %lld floats differ", what, (long long)diffs);
             note(&add, (double)diffs);
-            model_ops_cpu.add_f32(dst + 2, src + 2, n); /* both at the same alignment (vector path) */
-            add_f32_cuda(d_dst + 2, d_src + 2, n);
+            model_ops_cpu.add_f32(NULL, dst + 2, src + 2, n); /* both at the same alignment (vector path) */
+            add_f32_cuda(&g_oc, d_dst + 2, d_src + 2, n);
             finish_op("add_f32_cuda");
             to_host(got, d_dst, (size_t)total * sizeof(float));
             diffs = test_compare_f32_bits(what, dst, got, total);
             CHECK(diffs == 0, "%s: add (aligned alike), %lld floats differ", what, (long long)diffs);
             note(&add, (double)diffs);
 
-            model_ops_cpu.zero_f32(dst + off, n);
-            zero_f32_cuda(d_dst + off, n);
+            model_ops_cpu.zero_f32(NULL, dst + off, n);
+            zero_f32_cuda(&g_oc, d_dst + off, n);
             finish_op("zero_f32_cuda");
             to_host(got, d_dst, (size_t)total * sizeof(float));
             diffs = test_compare_f32_bits(what, dst, got, total);
@@ -764,8 +767,8 @@ static void test_bf16_conversions(test_rng *rng) {
             /* f32 -> bf16: src at offset 1 and dst at off, so the vector
              * path (both aligned alike) and the scalar one (not) both run */
             uint16_t *ref16 = host_copy_of(half, (size_t)total * sizeof(uint16_t));
-            model_ops_cpu.f32_to_bf16(ref16 + off, src + 1, n);
-            f32_to_bf16_cuda(d_half + off, d_src + 1, n);
+            model_ops_cpu.f32_to_bf16(NULL, ref16 + off, src + 1, n);
+            f32_to_bf16_cuda(&g_oc, d_half + off, d_src + 1, n);
             finish_op("f32_to_bf16_cuda");
             to_host(got16, d_half, (size_t)total * sizeof(uint16_t));
             int64_t diffs = test_compare_bytes(what, (const uint8_t *)ref16, 0, (const uint8_t *)got16, 0, 1,
@@ -778,8 +781,8 @@ static void test_bf16_conversions(test_rng *rng) {
                 /* add = 0: bit for bit. add = 1: one IEEE addition, so the
                  * same bits too, except a NaN's payload (x86 and the GPU
                  * propagate different ones). */
-                model_ops_cpu.bf16_to_f32(dst + off, half + 1, n, add);
-                bf16_to_f32_cuda(d_dst + off, d_half + 1, n, add);
+                model_ops_cpu.bf16_to_f32(NULL, dst + off, half + 1, n, add);
+                bf16_to_f32_cuda(&g_oc, d_dst + off, d_half + 1, n, add);
                 finish_op("bf16_to_f32_cuda");
                 to_host(got, d_dst, (size_t)total * sizeof(float));
                 diffs = 0;
@@ -814,27 +817,27 @@ static void test_bf16_conversions(test_rng *rng) {
 
 /* n <= 0 does nothing: no launch, no failure, whatever the pointers. */
 static void test_empty_sizes(void) {
-    embedding_forward_cuda(NULL, NULL, NULL, 0, 64);
-    embedding_backward_cuda(NULL, NULL, NULL, 5, 0);
-    rmsnorm_forward_cuda(NULL, NULL, NULL, NULL, 0, 64, 1e-5f);
-    rmsnorm_backward_cuda(NULL, NULL, NULL, NULL, NULL, NULL, 3, 0);
-    rope_forward_cuda(NULL, 0, 4, 2, 8, 48, NULL, NULL);
-    rope_backward_cuda(NULL, 1, 4, 2, 1, 6, NULL, NULL); /* head_dim 1: no pairs */
-    swiglu_forward_cuda(NULL, NULL, 0, 10);
-    swiglu_backward_cuda(NULL, NULL, NULL, 3, 0);
-    const double mean = cross_entropy_forward_cuda(NULL, NULL, NULL, 0, 10);
+    embedding_forward_cuda(&g_oc, NULL, NULL, NULL, 0, 64);
+    embedding_backward_cuda(&g_oc, NULL, NULL, NULL, 5, 0);
+    rmsnorm_forward_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, 64, 1e-5f);
+    rmsnorm_backward_cuda(&g_oc, NULL, NULL, NULL, NULL, NULL, NULL, 3, 0);
+    rope_forward_cuda(&g_oc, NULL, 0, 4, 2, 8, 48, NULL, NULL);
+    rope_backward_cuda(&g_oc, NULL, 1, 4, 2, 1, 6, NULL, NULL); /* head_dim 1: no pairs */
+    swiglu_forward_cuda(&g_oc, NULL, NULL, 0, 10);
+    swiglu_backward_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
+    const double mean = cross_entropy_forward_cuda(&g_oc, NULL, NULL, NULL, 0, 10);
     CHECK(isnan(mean), "cross_entropy_forward_cuda of no tokens: %g, expected NaN (0 / 0, as the CPU)", mean);
-    cross_entropy_backward_cuda(NULL, NULL, NULL, 0, 10, 1.0f);
-    matmul_f32_cuda(NULL, 4, NULL, 4, 0, NULL, 4, 0, 4, 4, 0);
-    matmul_f32_cuda(NULL, 4, NULL, 4, 1, NULL, 4, 4, 0, 4, 1);
-    transpose_f32_cuda(NULL, NULL, 0, 7);
+    cross_entropy_backward_cuda(&g_oc, NULL, NULL, NULL, 0, 10, 1.0f);
+    matmul_f32_cuda(&g_oc, NULL, 4, NULL, 4, 0, NULL, 4, 0, 4, 4, 0);
+    matmul_f32_cuda(&g_oc, NULL, 4, NULL, 4, 1, NULL, 4, 4, 0, 4, 1);
+    transpose_f32_cuda(&g_oc, NULL, NULL, 0, 7);
     const adamw_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
-    adamw_update_cuda(NULL, NULL, NULL, NULL, 0, &h, 1.0f, 1, 1);
-    CHECK(gradient_global_norm_cuda(NULL, 0) == 0.0, "gradient_global_norm_cuda of nothing is not 0");
-    copy_f32_cuda(NULL, NULL, 0);
-    zero_f32_cuda(NULL, -1);
-    f32_to_bf16_cuda(NULL, NULL, 0);
-    bf16_to_f32_cuda(NULL, NULL, 0, 1);
+    adamw_update_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, &h, 1.0f, 1, 1);
+    CHECK(gradient_global_norm_cuda(&g_oc, NULL, 0) == 0.0, "gradient_global_norm_cuda of nothing is not 0");
+    copy_f32_cuda(&g_oc, NULL, NULL, 0);
+    zero_f32_cuda(&g_oc, NULL, -1);
+    f32_to_bf16_cuda(&g_oc, NULL, NULL, 0);
+    bf16_to_f32_cuda(&g_oc, NULL, NULL, 0, 1);
     finish_op("empty sizes");
 }
 
@@ -847,7 +850,8 @@ int main(void) {
     /* A fresh context runs on the legacy default stream (its stream is
      * NULL, src/cuda/runtime.cu): the ops go there too, so the context's
      * copies and synchronize order them. */
-    model_cuda_set_stream(NULL);
+    model_ops_ctx_init(&g_oc, g_ctx, 0, 0);
+    CHECK(g_oc.stream == NULL && g_oc.device, "model_ops_ctx_init: not the context's stream");
     const model_ops *ops = model_ops_for(g_ctx);
     CHECK(ops && ops->rmsnorm_forward == rmsnorm_forward_cuda, "model_ops_for(CUDA context) is not the CUDA table");
 
@@ -867,6 +871,9 @@ int main(void) {
     test_bf16_conversions(&rng);
     test_beyond_2_31();
 
+    model_ops_ctx_release(&g_oc);
+    CHECK(g_oc.cuda == NULL, "model_ops_ctx_release left its CUDA state");
+    CHECK_OK(model_ops_status(&g_oc));
     bfp8_context_destroy(g_ctx);
     return test_exit_code("test_model_ops_gpu");
 }

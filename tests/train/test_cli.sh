@@ -19,18 +19,20 @@
 #            step twice in metrics.jsonl; a metrics or checkpoint write failure
 #            stops the run with a message that says what is on disk; progress
 #            and banner lines reach a file as they are printed
-#   tools    plot writes a PNG, sample and tokenize work from a checkpoint
+#   tools    plot writes a PNG, sample and tokenize work from a checkpoint;
+#            --profile prints the table by kind of work and changes no loss
 #   cuda     --device cuda (exit 77, skipped, without a GPU): a run stopped and
 #            resumed on the GPU is bit-identical to an uninterrupted one, its
 #            losses track the CPU's, a CPU checkpoint resumes on the GPU, and
 #            a NaN weight is caught as on the CPU; --tf32; --flash-attention
 #            (refused for head_dim 32, losses within 1% of fp32 attention,
-#            stop + resume bit-identical)
+#            stop + resume bit-identical); --profile (CUDA events, same losses)
 #   dp       --data-parallel on the CPU: one rank is bit-identical to no data
 #            parallelism; 2 ranks x batch 1 track 1 rank x batch 2; a 2-rank
 #            run stopped and resumed (the ranks from the checkpoint) is
 #            bit-identical to an uninterrupted one; a rank that dies stops
-#            the others (no hang), a NaN stops every rank, bad values refused
+#            the others (no hang), a NaN stops every rank, bad values refused;
+#            --profile on 2 ranks: the same losses, the all-reduce timed
 #   dp_cuda  --data-parallel --device cuda over NCCL (exit 77 without a GPU):
 #            one rank bit-identical to the plain GPU run; with 2 GPUs, the
 #            checks of `dp` on the GPUs
@@ -468,6 +470,14 @@ test_run_dir() {
 test_tools() {
     expect_ok "train two short runs" train "${common[@]}" --steps 4 --checkpoint-dir a || return
     expect_ok "train two short runs (bf16)" train "${common[@]}" --steps 4 --recipe bf16 --checkpoint-dir b || return
+    expect_ok "train with --profile" train "${common[@]}" --steps 4 --profile --checkpoint-dir p || return
+    checks=$((checks + 1))
+    if grep -qF "profile: 4 steps, wall-clock" out.txt && grep -qF "head + loss" out.txt; then
+        echo "ok   --profile prints the table"
+    else
+        fail "--profile output: $(tail -n 9 out.txt)"
+    fi
+    losses_same "--profile changes no loss" a/metrics.jsonl p/metrics.jsonl
     expect_ok "plot two runs" plot --out curves.png --title "test" fp8=a/metrics.jsonl bf16=b/metrics.jsonl || return
     checks=$((checks + 1))
     if [[ "$(head -c 8 curves.png | od -An -tx1 | tr -d ' \n')" == 89504e470d0a1a0a ]]; then
@@ -501,6 +511,9 @@ test_cuda() {
         --eval-every 2 --eval-batches 1 --threads 2 "${gpu[@]}" --checkpoint-dir gpart --resume || return
     same_file "GPU: resumed checkpoint is bit-identical to the uninterrupted one" gfull/checkpoint.bin gpart/checkpoint.bin
     losses_same "GPU: losses of steps 1..6 identical" gfull/metrics.jsonl gpart/metrics.jsonl
+    expect_ok "GPU: --profile" train "${common[@]}" "${gpu[@]}" --steps 6 --profile --checkpoint-dir gprof || return
+    grep -qF "profile: 6 steps, device (CUDA events)" out.txt || fail "GPU --profile output: $(tail -n 9 out.txt)"
+    losses_same "GPU: --profile changes no loss" gfull/metrics.jsonl gprof/metrics.jsonl
     # The same run on the CPU: fp8 codes may round differently, the losses stay close.
     expect_ok "CPU: the same 6 steps" train "${common[@]}" --steps 6 --checkpoint-dir cfull || return
     losses_close "GPU losses within 1% of the CPU's" cfull/metrics.jsonl gfull/metrics.jsonl 6
@@ -567,6 +580,15 @@ data_parallel_checks() {
         --eval-every 2 --eval-batches 1 --threads 2 "${dev[@]}" --checkpoint-dir "${tag}r2part" --resume || return
     grep -qF "x 2 ranks" out.txt || fail "$tag: the resumed run is not on 2 ranks: $(grep '^run:' out.txt)"
     same_file "$tag: 2 ranks resumed bit-identical to uninterrupted" "${tag}r2/checkpoint.bin" "${tag}r2part/checkpoint.bin"
+    expect_ok "$tag: 2 ranks with --profile" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 --profile \
+        --checkpoint-dir "${tag}r2prof" || return
+    losses_same "$tag: --profile changes no loss on 2 ranks" "${tag}r2/metrics.jsonl" "${tag}r2prof/metrics.jsonl"
+    checks=$((checks + 1))
+    if awk '$1 == "communication" && $2 > 0 {found = 1} END {exit !found}' out.txt; then
+        echo "ok   $tag: --profile times the gradient all-reduce"
+    else
+        fail "$tag: no communication time: $(grep -A8 '^profile:' out.txt)"
+    fi
     cp "${tag}r2/checkpoint.bin" "${tag}r2ref.bin"
     checks=$((checks + 1))
     local t0=$SECONDS

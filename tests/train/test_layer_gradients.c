@@ -75,7 +75,7 @@ typedef struct rmsnorm_case {
 
 static void rmsnorm_fwd(void *p, float *out) {
     rmsnorm_case *c = p;
-    rmsnorm_forward(out, c->rstd, c->x, c->weight, c->tokens, c->dim, 1e-5f);
+    rmsnorm_forward(NULL, out, c->rstd, c->x, c->weight, c->tokens, c->dim, 1e-5f);
 }
 
 static void test_rmsnorm(void) {
@@ -91,12 +91,12 @@ static void test_rmsnorm(void) {
     for (int64_t i = 0; i < c.dim; ++i) c.weight[i] += 1.0f;
     fill(w, n, 1.0f, 3);
     rmsnorm_fwd(&c, out);
-    rmsnorm_backward(dx, dweight, w, c.x, c.weight, c.rstd, c.tokens, c.dim);
+    rmsnorm_backward(NULL, dx, dweight, w, c.x, c.weight, c.rstd, c.tokens, c.dim);
     check_input("rmsnorm dx", rmsnorm_fwd, &c, c.x, n, dx, out, w, n, 1e-2f);
     check_input("rmsnorm dweight", rmsnorm_fwd, &c, c.weight, c.dim, dweight, out, w, n, 1e-2f);
     /* dx accumulates: a second backward doubles it. */
     float first = dx[7];
-    rmsnorm_backward(dx, dweight, w, c.x, c.weight, c.rstd, c.tokens, c.dim);
+    rmsnorm_backward(NULL, dx, dweight, w, c.x, c.weight, c.rstd, c.tokens, c.dim);
     CHECK(fabsf(dx[7] - 2.0f * first) <= 1e-6f * fabsf(first), "rmsnorm dx must accumulate");
     free(c.x), free(c.weight), free(c.rstd), free(out), free(w), free(dx), free(dweight);
 }
@@ -111,7 +111,7 @@ typedef struct rope_case {
 static void rope_fwd(void *p, float *out) {
     rope_case *c = p;
     memcpy(out, c->x, (size_t)(c->batch * c->seq * c->stride) * sizeof(float));
-    rope_forward(out, c->batch, c->seq, c->heads, c->head_dim, c->stride, c->cos_t, c->sin_t);
+    rope_forward(NULL, out, c->batch, c->seq, c->heads, c->head_dim, c->stride, c->cos_t, c->sin_t);
 }
 
 static void test_rope(void) {
@@ -126,7 +126,7 @@ static void test_rope(void) {
     fill(c.x, n, 1.0f, 4);
     fill(w, n, 1.0f, 5);
     memcpy(dx, w, n * sizeof(float));
-    rope_backward(dx, c.batch, c.seq, c.heads, c.head_dim, c.stride, c.cos_t, c.sin_t);
+    rope_backward(NULL, dx, c.batch, c.seq, c.heads, c.head_dim, c.stride, c.cos_t, c.sin_t);
     check_input("rope dx", rope_fwd, &c, c.x, n, dx, out, w, n, 1e-2f);
     /* position 0 is not rotated; a later one is, and keeps the norm */
     rope_fwd(&c, out);
@@ -149,7 +149,7 @@ typedef struct attention_case {
 
 static void attention_fwd(void *p, float *out) {
     attention_case *c = p;
-    attention_forward(out, c->probs, c->scratch, c->qkv, c->batch, c->seq, c->heads, c->head_dim);
+    attention_forward(NULL, out, c->probs, c->scratch, c->qkv, c->batch, c->seq, c->heads, c->head_dim);
 }
 
 static void test_attention(void) {
@@ -165,7 +165,7 @@ static void test_attention(void) {
     fill(c.qkv, n_in, 1.0f, 6);
     fill(w, n_out, 1.0f, 7);
     attention_fwd(&c, out);
-    attention_backward(dqkv, scratch, w, c.qkv, c.probs, c.batch, c.seq, c.heads, c.head_dim);
+    attention_backward(NULL, dqkv, scratch, w, c.qkv, c.probs, c.batch, c.seq, c.heads, c.head_dim);
     check_input("attention dqkv", attention_fwd, &c, c.qkv, n_in, dqkv, out, w, n_out, 1e-2f);
     /* causality: the first token's output is its own v */
     for (int64_t i = 0; i < c.head_dim; ++i)
@@ -203,7 +203,7 @@ typedef struct swiglu_case {
 
 static void swiglu_fwd(void *p, float *out) {
     swiglu_case *c = p;
-    swiglu_forward(out, c->gate_up, c->tokens, c->hidden);
+    swiglu_forward(NULL, out, c->gate_up, c->tokens, c->hidden);
 }
 
 static void test_swiglu(void) {
@@ -214,7 +214,7 @@ static void test_swiglu(void) {
     float *d = test_malloc(n_in * sizeof(float));
     fill(c.gate_up, n_in, 2.0f, 8);
     fill(w, n_out, 1.0f, 9);
-    swiglu_backward(d, w, c.gate_up, c.tokens, c.hidden);
+    swiglu_backward(NULL, d, w, c.gate_up, c.tokens, c.hidden);
     check_input("swiglu dgate_up", swiglu_fwd, &c, c.gate_up, n_in, d, out, w, n_out, 1e-2f);
     free(c.gate_up), free(out), free(w), free(d);
 }
@@ -229,7 +229,7 @@ typedef struct embedding_case {
 
 static void embedding_fwd(void *p, float *out) {
     embedding_case *c = p;
-    embedding_forward(out, c->tokens, c->table, c->count, c->dim);
+    embedding_forward(NULL, out, c->tokens, c->table, c->count, c->dim);
 }
 
 static void test_embedding(void) {
@@ -242,7 +242,7 @@ static void test_embedding(void) {
     float *dtable = calloc(vocab * c.dim, sizeof(float));
     fill(c.table, vocab * c.dim, 1.0f, 10);
     fill(w, n_out, 1.0f, 11);
-    embedding_backward(dtable, w, tokens, c.count, c.dim);
+    embedding_backward(NULL, dtable, w, tokens, c.count, c.dim);
     /* rows 2, 4 and 6 are never used: their numeric gradient is 0 too */
     check_input("embedding dtable", embedding_fwd, &c, c.table, vocab * c.dim, dtable, out, w, n_out, 1e-2f);
     free(c.table), free(out), free(w), free(dtable);
@@ -259,7 +259,7 @@ typedef struct cross_entropy_case {
 static void cross_entropy_fwd(void *p, float *out) {
     cross_entropy_case *c = p;
     /* the loss as a float pair (hi + lo): one float would round away what eps changes */
-    const double loss = cross_entropy_forward(c->row_losses, c->logits, c->targets, c->tokens, c->vocab);
+    const double loss = cross_entropy_forward(NULL, c->row_losses, c->logits, c->targets, c->tokens, c->vocab);
     out[0] = (float)loss;
     out[1] = (float)(loss - (double)out[0]);
 }
@@ -273,12 +273,12 @@ static void test_cross_entropy(void) {
     float *dlogits = test_malloc(n * sizeof(float)), out[2], w[2] = {1.0f, 1.0f};
     fill(c.logits, n, 3.0f, 12);
     c.logits[3] = 60.0f; /* a dominant logit: the max shift must keep exp finite */
-    cross_entropy_backward(dlogits, c.logits, targets, c.tokens, c.vocab, 1.0f / (float)c.tokens);
+    cross_entropy_backward(NULL, dlogits, c.logits, targets, c.tokens, c.vocab, 1.0f / (float)c.tokens);
     check_input("cross_entropy dlogits", cross_entropy_fwd, &c, c.logits, n, dlogits, out, w, 2, 1e-2f);
     /* in place gives the same */
     float *inplace = test_malloc(n * sizeof(float));
     memcpy(inplace, c.logits, n * sizeof(float));
-    cross_entropy_backward(inplace, inplace, targets, c.tokens, c.vocab, 1.0f / (float)c.tokens);
+    cross_entropy_backward(NULL, inplace, inplace, targets, c.tokens, c.vocab, 1.0f / (float)c.tokens);
     CHECK(test_compare_f32_bits("in-place dlogits", inplace, dlogits, n) == 0,
           "cross_entropy_backward in place must match");
     /* uniform logits: loss = log(vocab) */
@@ -298,8 +298,8 @@ typedef struct matmul_case {
 
 static void matmul_fwd(void *p, float *out) {
     matmul_case *c = p;
-    transpose_f32(c->w_t, c->w, c->N, c->K);
-    matmul_f32(out, c->N, c->x, c->K, 0, c->w_t, c->N, c->M, c->N, c->K, 0);
+    transpose_f32(NULL, c->w_t, c->w, c->N, c->K);
+    matmul_f32(NULL, out, c->N, c->x, c->K, 0, c->w_t, c->N, c->M, c->N, c->K, 0);
 }
 
 static void test_matmul(void) {
@@ -311,8 +311,8 @@ static void test_matmul(void) {
     fill(x, c.M * c.K, 1.0f, 13);
     fill(w, c.N * c.K, 1.0f, 14);
     fill(dy, c.M * c.N, 1.0f, 15);
-    matmul_f32(dx, c.K, dy, c.N, 0, w, c.K, c.M, c.K, c.N, 0);    /* dx = dy W */
-    matmul_f32(dw, c.K, dy, c.N, 1, x, c.K, c.N, c.K, c.M, 0);    /* dW = dy^T x */
+    matmul_f32(NULL, dx, c.K, dy, c.N, 0, w, c.K, c.M, c.K, c.N, 0); /* dx = dy W */
+    matmul_f32(NULL, dw, c.K, dy, c.N, 1, x, c.K, c.N, c.K, c.M, 0); /* dW = dy^T x */
     check_input("matmul dx", matmul_fwd, &c, x, c.M * c.K, dx, out, dy, c.M * c.N, 1e-2f);
     check_input("matmul dW", matmul_fwd, &c, w, c.N * c.K, dw, out, dy, c.M * c.N, 1e-2f);
     /* against a plain double loop */
@@ -327,7 +327,7 @@ static void test_matmul(void) {
     CHECK(worst < 1e-4, "matmul vs double: max abs error %g", worst);
     /* accumulate adds */
     memcpy(dy, out, c.M * c.N * 4);
-    matmul_f32(out, c.N, x, c.K, 0, c.w_t, c.N, c.M, c.N, c.K, 1);
+    matmul_f32(NULL, out, c.N, x, c.K, 0, c.w_t, c.N, c.M, c.N, c.K, 1);
     CHECK(fabsf(out[5] - 2.0f * dy[5]) <= 1e-5f * fabsf(dy[5]) + 1e-6f, "matmul accumulate");
     free(x), free(w), free(c.w_t), free(out), free(dy), free(dx), free(dw);
 }

@@ -32,7 +32,7 @@ int main(void) {
         for (int step = 1; step <= STEPS; ++step) {
             const float scale = step == 2 ? 0.25f : 1.0f; /* step 2: clipped */
             for (int i = 0; i < N; ++i) g[i] = (float)test_rng_normal(&rng) * (i % 7 == 0 ? 10.0f : 0.1f);
-            adamw_update(p, g, m, v, N, &h, scale, step, decay);
+            adamw_update(NULL, p, g, m, v, N, &h, scale, step, decay);
             const double c1 = 1.0 - pow(0.9, step), c2 = 1.0 - pow(0.95, step);
             for (int i = 0; i < N; ++i) {
                 const double gi = (double)g[i] * scale;
@@ -47,17 +47,17 @@ int main(void) {
     }
     /* Decoupled decay: a zero gradient still shrinks decayed weights by lr * wd. */
     p[0] = 2.0f, g[0] = 0.0f, m[0] = v[0] = 0.0f;
-    adamw_update(p, g, m, v, 1, &h, 1.0f, 1, 1);
+    adamw_update(NULL, p, g, m, v, 1, &h, 1.0f, 1, 1);
     CHECK(fabsf(p[0] - 2.0f * (1.0f - 1e-3f)) < 1e-6f, "decoupled decay: %g", p[0]);
     p[0] = 2.0f, m[0] = v[0] = 0.0f;
-    adamw_update(p, g, m, v, 1, &h, 1.0f, 1, 0);
+    adamw_update(NULL, p, g, m, v, 1, &h, 1.0f, 1, 0);
     CHECK(p[0] == 2.0f, "no decay on a no-decay tensor: %g", p[0]);
 
     double ref = 0.0;
     for (int i = 0; i < N; ++i) ref += (double)g[i] * g[i];
-    CHECK(fabs(gradient_global_norm(g, N) - sqrt(ref)) < 1e-9 * sqrt(ref), "gradient norm %g vs %g",
-          gradient_global_norm(g, N), sqrt(ref));
-    CHECK(gradient_global_norm(g, 0) == 0.0, "norm of nothing");
+    CHECK(fabs(gradient_global_norm(NULL, g, N) - sqrt(ref)) < 1e-9 * sqrt(ref), "gradient norm %g vs %g",
+          gradient_global_norm(NULL, g, N), sqrt(ref));
+    CHECK(gradient_global_norm(NULL, g, 0) == 0.0, "norm of nothing");
 
     /* Schedule: linear warmup to the peak, cosine down to min_lr at the end. */
     const int64_t warmup = 10, total = 100;

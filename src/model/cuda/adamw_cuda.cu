@@ -11,8 +11,6 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-scratch_buffer g_norm_partials; /* blocks + 1 doubles */
-
 struct adamw_args {
     float lr, beta1, beta2, one_minus_beta1, one_minus_beta2, eps, weight_decay;
     float correction1, correction2, grad_scale;
@@ -78,7 +76,7 @@ __global__ void sum_partials_kernel(double *__restrict__ total, const double *__
 
 } /* namespace */
 
-extern "C" void adamw_update_cuda(float *param, const float *grad, float *m, float *v, size_t n,
+extern "C" void adamw_update_cuda(model_ops_ctx *oc, float *param, const float *grad, float *m, float *v, size_t n,
                                   const adamw_hparams *h, float grad_scale, int64_t step, int decay) {
     if (n == 0) return;
     /* h is host memory; the bias corrections are the CPU's own powf */
@@ -96,31 +94,32 @@ extern "C" void adamw_update_cuda(float *param, const float *grad, float *m, flo
     const void *ptrs[] = {param, grad, m, v};
     const int sizes[] = {4, 4, 4, 4};
     const vec4_split split = split_for_vec4((int64_t)n, ptrs, sizes, 4);
-    adamw_kernel<<<grid_for(split.vecs > 0 ? split.vecs : (int64_t)n, kThreads), kThreads, 0, stream()>>>(
+    adamw_kernel<<<grid_for(split.vecs > 0 ? split.vecs : (int64_t)n, kThreads), kThreads, 0, stream(oc)>>>(
         param, grad, m, v, (int64_t)n, split, args);
-    check_launch("adamw_update");
+    check_launch(oc, "adamw_update");
 }
 
 /* Fixed-size per-block partials (their number depends on n only) summed in
  * a fixed order: the same bits on every run. */
-extern "C" double gradient_global_norm_cuda(const float *grad, size_t n) {
+extern "C" double gradient_global_norm_cuda(model_ops_ctx *oc, const float *grad, size_t n) {
     if (n == 0) return 0.0;
     const void *ptrs[] = {grad};
     const int sizes[] = {4};
     const vec4_split split = split_for_vec4((int64_t)n, ptrs, sizes, 1);
     unsigned blocks = grid_for(split.vecs > 0 ? split.vecs : (int64_t)n, kThreads);
     if (blocks > kNormBlocks) blocks = kNormBlocks;
-    double *partial = (double *)device_scratch(g_norm_partials, (blocks + 1) * sizeof(double),
+    double *partial = (double *)device_scratch(oc, &model_cuda_state::norm_partials, (blocks + 1) * sizeof(double),
                                                "gradient_global_norm (scratch)");
-    double *host = (double *)host_scratch(g_host_result, sizeof(double), "gradient_global_norm (host buffer)");
+    double *host = (double *)host_scratch(oc, &model_cuda_state::host_result, sizeof(double),
+                                          "gradient_global_norm (host buffer)");
     if (!partial || !host) return NAN;
-    sum_squares_kernel<<<blocks, kThreads, 0, stream()>>>(partial, grad, (int64_t)n, split);
-    if (failed(cudaGetLastError(), "gradient_global_norm (partials)")) return NAN;
-    sum_partials_kernel<<<1, kMaxRowThreads, 0, stream()>>>(partial + blocks, partial, (int)blocks);
-    if (failed(cudaGetLastError(), "gradient_global_norm (sum)")) return NAN;
-    if (failed(cudaMemcpyAsync(host, partial + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream()),
+    sum_squares_kernel<<<blocks, kThreads, 0, stream(oc)>>>(partial, grad, (int64_t)n, split);
+    if (failed(oc, cudaGetLastError(), "gradient_global_norm (partials)")) return NAN;
+    sum_partials_kernel<<<1, kMaxRowThreads, 0, stream(oc)>>>(partial + blocks, partial, (int)blocks);
+    if (failed(oc, cudaGetLastError(), "gradient_global_norm (sum)")) return NAN;
+    if (failed(oc, cudaMemcpyAsync(host, partial + blocks, sizeof(double), cudaMemcpyDeviceToHost, stream(oc)),
                "gradient_global_norm (copy)") ||
-        failed(cudaStreamSynchronize(stream()), "gradient_global_norm (synchronize)"))
+        failed(oc, cudaStreamSynchronize(stream(oc)), "gradient_global_norm (synchronize)"))
         return NAN;
     return sqrt(*host);
 }

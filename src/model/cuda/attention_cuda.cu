@@ -128,45 +128,45 @@ struct head_matrices {
  * cuBLAS is column-major, and a row-major matrix read column-major is its
  * transpose; so this computes C^T = op(B)^T op(A)^T: B comes first, m and n
  * swap, and each operand keeps its own transpose flag. Returns false after a
- * failure (kept for model_cuda_status). */
-bool gemm_over_heads(cublasHandle_t handle, bool a_transposed, bool b_transposed, int64_t m, int64_t n,
-                     int64_t k, head_matrices a, head_matrices b, float *c, int64_t ldc,
+ * failure (kept in oc). */
+bool gemm_over_heads(model_ops_ctx *oc, cublasHandle_t handle, bool a_transposed, bool b_transposed, int64_t m,
+                     int64_t n, int64_t k, head_matrices a, head_matrices b, float *c, int64_t ldc,
                      int64_t c_head_stride, int64_t heads, const char *what) {
     const float one = 1.0f, zero = 0.0f;
-    return !failed(cublasSgemmStridedBatched(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                             a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m,
-                                             (int)k, &one, b.data, (int)b.ld, b.head_stride, a.data,
-                                             (int)a.ld, a.head_stride, &zero, c, (int)ldc, c_head_stride,
-                                             (int)heads),
+    return !failed(oc,
+                   cublasSgemmStridedBatched(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                             a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
+                                             b.data, (int)b.ld, b.head_stride, a.data, (int)a.ld, a.head_stride, &zero,
+                                             c, (int)ldc, c_head_stride, (int)heads),
                    what);
 }
 
 /* cuBLAS takes int sizes and leading dimensions: keep a failure if they do not fit. */
-bool sizes_fit_cublas(int64_t seq, int64_t n_heads, int64_t head_dim, const char *what) {
+bool sizes_fit_cublas(model_ops_ctx *oc, int64_t seq, int64_t n_heads, int64_t head_dim, const char *what) {
     const bool fit = seq <= INT_MAX && n_heads <= INT_MAX && head_dim <= INT_MAX / 3 &&
                      n_heads <= INT_MAX / 3 / head_dim;
-    if (!fit) failed(CUBLAS_STATUS_INVALID_VALUE, what);
+    if (!fit) failed(oc, CUBLAS_STATUS_INVALID_VALUE, what);
     return fit;
 }
 
 } /* namespace */
 
 /* flash_attention.cu: the path without stored probabilities, when it is on */
-int flash_attention_forward(float *out, float *probs, float *scratch, const float *qkv, int64_t batch, int64_t seq,
-                            int64_t heads, int64_t head_dim);
-int flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
-                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+int flash_attention_forward(model_ops_ctx *oc, float *out, float *probs, float *scratch, const float *qkv,
+                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+int flash_attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                             const float *probs, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
 
 /* ------------------------------------------------------------------------ */
 /* Forward and backward                                                      */
 
-extern "C" void attention_forward_cuda(float *out, float *probs, float *scratch, const float *qkv,
+extern "C" void attention_forward_cuda(model_ops_ctx *oc, float *out, float *probs, float *scratch, const float *qkv,
                                        int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim) {
     (void)scratch; /* the scores are formed in probs itself */
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
-    if (flash_attention_forward(out, probs, scratch, qkv, batch, seq, n_heads, head_dim)) return;
-    if (!sizes_fit_cublas(seq, n_heads, head_dim, "attention_forward (sizes beyond int)")) return;
-    cublasHandle_t handle = cublas();
+    if (flash_attention_forward(oc, out, probs, scratch, qkv, batch, seq, n_heads, head_dim)) return;
+    if (!sizes_fit_cublas(oc, seq, n_heads, head_dim, "attention_forward (sizes beyond int)")) return;
+    cublasHandle_t handle = cublas(oc);
     if (!handle) return;
     const int64_t dim = n_heads * head_dim, stride = 3 * dim, square = seq * seq;
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -178,16 +178,16 @@ extern "C" void attention_forward_cuda(float *out, float *probs, float *scratch,
         float *s_b = probs + b * n_heads * square;
         for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
             const int64_t r1 = block_end(r0, seq);
-            if (!gemm_over_heads(handle, false, true, r1 - r0, r1, head_dim,
-                                 {q + r0 * stride, stride, head_dim}, {k, stride, head_dim}, s_b + r0 * seq,
-                                 seq, square, n_heads, "attention_forward S = Q K^T"))
+            if (!gemm_over_heads(oc, handle, false, true, r1 - r0, r1, head_dim, {q + r0 * stride, stride, head_dim},
+                                 {k, stride, head_dim}, s_b + r0 * seq, seq, square, n_heads,
+                                 "attention_forward S = Q K^T"))
                 return;
         }
     }
     const int64_t rows = batch * n_heads * seq;
-    causal_softmax_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream()>>>(
-        probs, rows, seq, scale);
-    check_launch("attention_forward causal_softmax_rows");
+    causal_softmax_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream(oc)>>>(probs, rows, seq,
+                                                                                                 scale);
+    check_launch(oc, "attention_forward causal_softmax_rows");
 
     /* O = P V: queries [r0, r1) over the keys [0, r1) (P is 0 after them) */
     for (int64_t b = 0; b < batch; ++b) {
@@ -196,7 +196,7 @@ extern "C" void attention_forward_cuda(float *out, float *probs, float *scratch,
         float *o = out + b * seq * dim;
         for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
             const int64_t r1 = block_end(r0, seq);
-            if (!gemm_over_heads(handle, false, false, r1 - r0, head_dim, r1, {p + r0 * seq, seq, square},
+            if (!gemm_over_heads(oc, handle, false, false, r1 - r0, head_dim, r1, {p + r0 * seq, seq, square},
                                  {v, stride, head_dim}, o + r0 * dim, dim, head_dim, n_heads,
                                  "attention_forward O = P V"))
                 return;
@@ -204,13 +204,13 @@ extern "C" void attention_forward_cuda(float *out, float *probs, float *scratch,
     }
 }
 
-extern "C" void attention_backward_cuda(float *dqkv, float *scratch, const float *dout, const float *qkv,
-                                        const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                                        int64_t head_dim) {
+extern "C" void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout,
+                                        const float *qkv, const float *probs, int64_t batch, int64_t seq,
+                                        int64_t n_heads, int64_t head_dim) {
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
-    if (flash_attention_backward(dqkv, scratch, dout, qkv, probs, batch, seq, n_heads, head_dim)) return;
-    if (!sizes_fit_cublas(seq, n_heads, head_dim, "attention_backward (sizes beyond int)")) return;
-    cublasHandle_t handle = cublas();
+    if (flash_attention_backward(oc, dqkv, scratch, dout, qkv, probs, batch, seq, n_heads, head_dim)) return;
+    if (!sizes_fit_cublas(oc, seq, n_heads, head_dim, "attention_backward (sizes beyond int)")) return;
+    cublasHandle_t handle = cublas(oc);
     if (!handle) return;
     const int64_t dim = n_heads * head_dim, stride = 3 * dim, square = seq * seq;
     const float scale = 1.0f / sqrtf((float)head_dim);
@@ -225,16 +225,16 @@ extern "C" void attention_backward_cuda(float *dqkv, float *scratch, const float
         float *ds_b = ds + b * n_heads * square;
         for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
             const int64_t r1 = block_end(r0, seq);
-            if (!gemm_over_heads(handle, false, true, r1 - r0, r1, head_dim, {d_o + r0 * dim, dim, head_dim},
+            if (!gemm_over_heads(oc, handle, false, true, r1 - r0, r1, head_dim, {d_o + r0 * dim, dim, head_dim},
                                  {v, stride, head_dim}, ds_b + r0 * seq, seq, square, n_heads,
                                  "attention_backward dP = dO V^T"))
                 return;
         }
     }
     const int64_t rows = batch * n_heads * seq;
-    causal_softmax_backward_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream()>>>(
+    causal_softmax_backward_rows<<<grid_for(rows * kWarpSize, kRowThreads), kRowThreads, 0, stream(oc)>>>(
         ds, probs, rows, seq, scale);
-    check_launch("attention_backward causal_softmax_backward_rows");
+    check_launch(oc, "attention_backward causal_softmax_backward_rows");
 
     /* Per block [r0, r1): dQ of the queries [r0, r1) over the keys [0, r1);
      * dK and dV of the keys [r0, r1) over the queries [r0, seq), the only ones
@@ -245,16 +245,14 @@ extern "C" void attention_backward_cuda(float *dqkv, float *scratch, const float
         float *dq = dqkv + b * seq * stride, *dk = dq + dim, *dv = dq + 2 * dim;
         for (int64_t r0 = 0; r0 < seq; r0 += kSeqBlock) {
             const int64_t r1 = block_end(r0, seq);
-            if (!gemm_over_heads(handle, false, false, r1 - r0, head_dim, r1, {ds_b + r0 * seq, seq, square},
+            if (!gemm_over_heads(oc, handle, false, false, r1 - r0, head_dim, r1, {ds_b + r0 * seq, seq, square},
                                  {k, stride, head_dim}, dq + r0 * stride, stride, head_dim, n_heads,
                                  "attention_backward dQ = dS K") ||
-                !gemm_over_heads(handle, true, false, r1 - r0, head_dim, seq - r0,
+                !gemm_over_heads(oc, handle, true, false, r1 - r0, head_dim, seq - r0,
                                  {ds_b + r0 * seq + r0, seq, square}, {q + r0 * stride, stride, head_dim},
-                                 dk + r0 * stride, stride, head_dim, n_heads,
-                                 "attention_backward dK = dS^T Q") ||
-                !gemm_over_heads(handle, true, false, r1 - r0, head_dim, seq - r0,
-                                 {p + r0 * seq + r0, seq, square}, {d_o + r0 * dim, dim, head_dim},
-                                 dv + r0 * stride, stride, head_dim, n_heads,
+                                 dk + r0 * stride, stride, head_dim, n_heads, "attention_backward dK = dS^T Q") ||
+                !gemm_over_heads(oc, handle, true, false, r1 - r0, head_dim, seq - r0, {p + r0 * seq + r0, seq, square},
+                                 {d_o + r0 * dim, dim, head_dim}, dv + r0 * stride, stride, head_dim, n_heads,
                                  "attention_backward dV = P^T dO"))
                 return;
         }

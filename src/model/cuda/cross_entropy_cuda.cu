@@ -74,40 +74,41 @@ __global__ void cross_entropy_backward_kernel(float *dlogits, const float *logit
 
 /* The row losses come back to the host and are summed there in double in
  * token order: the CPU's summation exactly. */
-extern "C" double cross_entropy_forward_cuda(float *row_losses, const float *logits, const int32_t *targets,
-                                             int64_t tokens, int64_t vocab) {
+extern "C" double cross_entropy_forward_cuda(model_ops_ctx *oc, float *row_losses, const float *logits,
+                                             const int32_t *targets, int64_t tokens, int64_t vocab) {
     if (tokens <= 0 || vocab <= 0) return NAN; /* the CPU's mean of nothing, 0 / 0 */
     const bool vec = vocab % 4 == 0 && aligned16(logits);
     const unsigned blocks = (unsigned)(tokens < kMaxGridX ? tokens : kMaxGridX);
     const int threads = row_threads(vec ? vocab / 4 : vocab);
     if (vec)
-        cross_entropy_forward_kernel<4><<<blocks, threads, 0, stream()>>>(row_losses, logits, targets, tokens, vocab);
+        cross_entropy_forward_kernel<4><<<blocks, threads, 0, stream(oc)>>>(row_losses, logits, targets, tokens, vocab);
     else
-        cross_entropy_forward_kernel<1><<<blocks, threads, 0, stream()>>>(row_losses, logits, targets, tokens, vocab);
-    if (failed(cudaGetLastError(), "cross_entropy_forward")) return NAN;
-    float *host =
-        (float *)host_scratch(g_host_result, (size_t)tokens * sizeof(float), "cross_entropy_forward (host buffer)");
+        cross_entropy_forward_kernel<1><<<blocks, threads, 0, stream(oc)>>>(row_losses, logits, targets, tokens, vocab);
+    if (failed(oc, cudaGetLastError(), "cross_entropy_forward")) return NAN;
+    float *host = (float *)host_scratch(oc, &model_cuda_state::host_result, (size_t)tokens * sizeof(float),
+                                        "cross_entropy_forward (host buffer)");
     if (!host) return NAN;
-    if (failed(cudaMemcpyAsync(host, row_losses, (size_t)tokens * sizeof(float), cudaMemcpyDeviceToHost, stream()),
+    if (failed(oc,
+               cudaMemcpyAsync(host, row_losses, (size_t)tokens * sizeof(float), cudaMemcpyDeviceToHost, stream(oc)),
                "cross_entropy_forward (copy)") ||
-        failed(cudaStreamSynchronize(stream()), "cross_entropy_forward (synchronize)"))
+        failed(oc, cudaStreamSynchronize(stream(oc)), "cross_entropy_forward (synchronize)"))
         return NAN;
     double total = 0.0;
     for (int64_t t = 0; t < tokens; ++t) total += host[t];
     return total / (double)tokens;
 }
 
-extern "C" void cross_entropy_backward_cuda(float *dlogits, const float *logits, const int32_t *targets,
-                                            int64_t tokens, int64_t vocab, float scale) {
+extern "C" void cross_entropy_backward_cuda(model_ops_ctx *oc, float *dlogits, const float *logits,
+                                            const int32_t *targets, int64_t tokens, int64_t vocab, float scale) {
     if (tokens <= 0 || vocab <= 0) return;
     const bool vec = vocab % 4 == 0 && aligned16(logits) && aligned16(dlogits);
     const unsigned blocks = (unsigned)(tokens < kMaxGridX ? tokens : kMaxGridX);
     const int threads = row_threads(vec ? vocab / 4 : vocab);
     if (vec)
         cross_entropy_backward_kernel<4>
-            <<<blocks, threads, 0, stream()>>>(dlogits, logits, targets, tokens, vocab, scale);
+            <<<blocks, threads, 0, stream(oc)>>>(dlogits, logits, targets, tokens, vocab, scale);
     else
         cross_entropy_backward_kernel<1>
-            <<<blocks, threads, 0, stream()>>>(dlogits, logits, targets, tokens, vocab, scale);
-    check_launch("cross_entropy_backward");
+            <<<blocks, threads, 0, stream(oc)>>>(dlogits, logits, targets, tokens, vocab, scale);
+    check_launch(oc, "cross_entropy_backward");
 }

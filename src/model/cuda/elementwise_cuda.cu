@@ -69,41 +69,42 @@ __global__ void bf16_to_f32_kernel(float *__restrict__ dst, const uint16_t *__re
 
 } /* namespace */
 
-extern "C" void copy_f32_cuda(float *dst, const float *src, int64_t n) {
+extern "C" void copy_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t n) {
     if (n <= 0 || dst == src) return;
-    failed(cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream()), "copy_f32");
+    failed(oc, cudaMemcpyAsync(dst, src, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, stream(oc)), "copy_f32");
 }
 
-extern "C" void zero_f32_cuda(float *dst, int64_t n) {
+extern "C" void zero_f32_cuda(model_ops_ctx *oc, float *dst, int64_t n) {
     if (n <= 0) return;
-    failed(cudaMemsetAsync(dst, 0, (size_t)n * sizeof(float), stream()), "zero_f32");
+    failed(oc, cudaMemsetAsync(dst, 0, (size_t)n * sizeof(float), stream(oc)), "zero_f32");
 }
 
-extern "C" void add_f32_cuda(float *dst, const float *src, int64_t n) {
+extern "C" void add_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t n) {
     if (n <= 0) return;
     const void *ptrs[] = {dst, src};
     const int sizes[] = {4, 4};
     const vec4_split split = split_for_vec4(n, ptrs, sizes, 2);
-    add_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream()>>>(dst, src, n, split);
-    check_launch("add_f32");
+    add_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream(oc)>>>(dst, src, n,
+                                                                                                     split);
+    check_launch(oc, "add_f32");
 }
 
-extern "C" void f32_to_bf16_cuda(uint16_t *dst, const float *src, int64_t n) {
+extern "C" void f32_to_bf16_cuda(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n) {
     if (n <= 0) return;
     const void *ptrs[] = {dst, src};
     const int sizes[] = {2, 4};
     const vec4_split split = split_for_vec4(n, ptrs, sizes, 2);
-    f32_to_bf16_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream()>>>(dst, src, n,
-                                                                                                      split);
-    check_launch("f32_to_bf16");
+    f32_to_bf16_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream(oc)>>>(dst, src, n,
+                                                                                                         split);
+    check_launch(oc, "f32_to_bf16");
 }
 
-extern "C" void bf16_to_f32_cuda(float *dst, const uint16_t *src, int64_t n, int add) {
+extern "C" void bf16_to_f32_cuda(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, int add) {
     if (n <= 0) return;
     const void *ptrs[] = {dst, src};
     const int sizes[] = {4, 2};
     const vec4_split split = split_for_vec4(n, ptrs, sizes, 2);
-    bf16_to_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream()>>>(dst, src, n,
-                                                                                                      split, add);
-    check_launch("bf16_to_f32");
+    bf16_to_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream(oc)>>>(dst, src, n,
+                                                                                                         split, add);
+    check_launch(oc, "bf16_to_f32");
 }

@@ -13,8 +13,6 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-scratch_buffer g_embedding_sort; /* positions, sorted ids and positions, CUB's temporary storage */
-
 template <int V>
 __global__ void embedding_forward_kernel(float *__restrict__ out, const int32_t *__restrict__ tokens,
                                          const float *__restrict__ table, int64_t count, int64_t dim) {
@@ -86,18 +84,18 @@ __global__ void embedding_backward_runs_kernel(float *__restrict__ dtable, const
 
 } /* namespace */
 
-extern "C" void embedding_forward_cuda(float *out, const int32_t *tokens, const float *table, int64_t count,
-                                       int64_t dim) {
+extern "C" void embedding_forward_cuda(model_ops_ctx *oc, float *out, const int32_t *tokens, const float *table,
+                                       int64_t count, int64_t dim) {
     if (count <= 0 || dim <= 0) return;
     const bool vec = dim % 4 == 0 && aligned16(out) && aligned16(table);
     const int64_t items = vec ? dim / 4 : dim;
     const int threads = chunk_threads(items);
     const dim3 grid = rows_by_chunks(count, items, threads);
     if (vec)
-        embedding_forward_kernel<4><<<grid, threads, 0, stream()>>>(out, tokens, table, count, dim);
+        embedding_forward_kernel<4><<<grid, threads, 0, stream(oc)>>>(out, tokens, table, count, dim);
     else
-        embedding_forward_kernel<1><<<grid, threads, 0, stream()>>>(out, tokens, table, count, dim);
-    check_launch("embedding_forward");
+        embedding_forward_kernel<1><<<grid, threads, 0, stream(oc)>>>(out, tokens, table, count, dim);
+    check_launch(oc, "embedding_forward");
 }
 
 /* Deterministic instead of a float atomicAdd per element: sort the ids
@@ -108,28 +106,31 @@ extern "C" void embedding_forward_cuda(float *out, const int32_t *tokens, const 
  * frequent id is one chain of additions per column, walked by dim / 4
  * threads, so a batch where one id fills a tenth of the tokens takes a few
  * times longer than one of distinct ids. */
-extern "C" void embedding_backward_cuda(float *dtable, const float *dout, const int32_t *tokens, int64_t count,
-                                        int64_t dim) {
+extern "C" void embedding_backward_cuda(model_ops_ctx *oc, float *dtable, const float *dout, const int32_t *tokens,
+                                        int64_t count, int64_t dim) {
     if (count <= 0 || dim <= 0) return;
     if (count > INT_MAX) { /* positions are int32 */
-        failed(cudaErrorInvalidValue, "embedding_backward (more than INT_MAX tokens)");
+        failed(oc, cudaErrorInvalidValue, "embedding_backward (more than INT_MAX tokens)");
         return;
     }
     const int n = (int)count;
     size_t sort_bytes = 0;
-    if (failed(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, (int32_t *)nullptr,
-                                               (const int32_t *)nullptr, (int32_t *)nullptr, n, 0, 32, stream()),
+    if (failed(oc,
+               cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, tokens, (int32_t *)nullptr,
+                                               (const int32_t *)nullptr, (int32_t *)nullptr, n, 0, 32, stream(oc)),
                "embedding_backward (sort size)"))
         return;
     const size_t ints = round_up_256((size_t)count * sizeof(int32_t));
-    char *base = (char *)device_scratch(g_embedding_sort, 3 * ints + sort_bytes, "embedding_backward (scratch)");
+    char *base = (char *)device_scratch(oc, &model_cuda_state::embedding_sort, 3 * ints + sort_bytes,
+                                        "embedding_backward (scratch)");
     if (!base) return;
     int32_t *positions = (int32_t *)base, *sorted_tokens = (int32_t *)(base + ints),
             *sorted_positions = (int32_t *)(base + 2 * ints);
-    iota_kernel<<<grid_for(count, kThreads), kThreads, 0, stream()>>>(positions, count);
-    check_launch("embedding_backward (positions)");
-    if (failed(cub::DeviceRadixSort::SortPairs(base + 3 * ints, sort_bytes, tokens, sorted_tokens, positions,
-                                               sorted_positions, n, 0, 32, stream()),
+    iota_kernel<<<grid_for(count, kThreads), kThreads, 0, stream(oc)>>>(positions, count);
+    check_launch(oc, "embedding_backward (positions)");
+    if (failed(oc,
+               cub::DeviceRadixSort::SortPairs(base + 3 * ints, sort_bytes, tokens, sorted_tokens, positions,
+                                               sorted_positions, n, 0, 32, stream(oc)),
                "embedding_backward (sort)"))
         return;
     const bool vec = dim % 4 == 0 && aligned16(dtable) && aligned16(dout);
@@ -138,9 +139,9 @@ extern "C" void embedding_backward_cuda(float *dtable, const float *dout, const 
     const dim3 grid = rows_by_chunks(count, items, threads);
     if (vec)
         embedding_backward_runs_kernel<4>
-            <<<grid, threads, 0, stream()>>>(dtable, dout, sorted_tokens, sorted_positions, count, dim);
+            <<<grid, threads, 0, stream(oc)>>>(dtable, dout, sorted_tokens, sorted_positions, count, dim);
     else
         embedding_backward_runs_kernel<1>
-            <<<grid, threads, 0, stream()>>>(dtable, dout, sorted_tokens, sorted_positions, count, dim);
-    check_launch("embedding_backward");
+            <<<grid, threads, 0, stream(oc)>>>(dtable, dout, sorted_tokens, sorted_positions, count, dim);
+    check_launch(oc, "embedding_backward");
 }

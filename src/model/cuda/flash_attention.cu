@@ -1,6 +1,6 @@
 /*
  * flash_attention.cu - causal multi-head attention without stored
- * probabilities (model_cuda_set_flash_attention, `--flash-attention`): the
+ * probabilities (model_ops_ctx.flash_attention, `--flash-attention`): the
  * library's sm_90a attention (bfp8_attention_forward / _backward kernels,
  * src/cuda/attention_*.cu: TMA, wgmma, bf16 products with fp32
  * accumulation, online softmax) on bf16 copies of the model's fp32
@@ -35,8 +35,6 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-bool g_flash = false;
-
 __global__ void f32_to_bf16_kernel(uint2 *dst, const float4 *src, int64_t n4) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4; i += (int64_t)gridDim.x * blockDim.x) {
         const float4 v = src[i];
@@ -54,31 +52,31 @@ __global__ void bf16_to_f32_kernel(float4 *dst, const uint2 *src, int64_t n4) {
 }
 
 /* n (a multiple of 4) values */
-void to_bf16(uint16_t *dst, const float *src, int64_t n, const char *what) {
-    f32_to_bf16_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(reinterpret_cast<uint2 *>(dst),
-                                                                    reinterpret_cast<const float4 *>(src), n / 4);
-    check_launch(what);
+void to_bf16(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n, const char *what) {
+    f32_to_bf16_kernel<<<grid_for(n / 4, 256), 256, 0, stream(oc)>>>(reinterpret_cast<uint2 *>(dst),
+                                                                     reinterpret_cast<const float4 *>(src), n / 4);
+    check_launch(oc, what);
 }
-void to_f32(float *dst, const uint16_t *src, int64_t n, const char *what) {
-    bf16_to_f32_kernel<<<grid_for(n / 4, 256), 256, 0, stream()>>>(reinterpret_cast<float4 *>(dst),
-                                                                    reinterpret_cast<const uint2 *>(src), n / 4);
-    check_launch(what);
+void to_f32(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, const char *what) {
+    bf16_to_f32_kernel<<<grid_for(n / 4, 256), 256, 0, stream(oc)>>>(reinterpret_cast<float4 *>(dst),
+                                                                     reinterpret_cast<const uint2 *>(src), n / 4);
+    check_launch(oc, what);
 }
 
-int num_sms() {
+int num_sms(model_ops_ctx *oc) {
     int device = 0, n = 0;
-    if (failed(cudaGetDevice(&device), "flash attention: cudaGetDevice") ||
-        failed(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "flash attention: SM count"))
+    if (failed(oc, cudaGetDevice(&device), "flash attention: cudaGetDevice") ||
+        failed(oc, cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "flash attention: SM count"))
         return 1;
     return n;
 }
 
 /* Keep a failure of the library's kernels, with the library's message. */
-bool failed_op(bfp8_status s, const char *what) {
+bool failed_op(model_ops_ctx *oc, bfp8_status s, const char *what) {
     if (s == BFP8_OK) return false;
     char message[320];
     snprintf(message, sizeof message, "%s (%s)", what, bfp8_last_error());
-    return failed(cudaErrorUnknown, message);
+    return failed(oc, cudaErrorUnknown, message);
 }
 
 bfp8_attention_desc desc_of(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
@@ -112,30 +110,29 @@ uint16_t *o_copy(float *probs, const bfp8_attention_desc &d) {
 
 } /* namespace */
 
-extern "C" void model_cuda_set_flash_attention(int on) { g_flash = on != 0; }
-
 extern "C" int model_cuda_flash_attention_supported(int64_t head_dim) { return head_dim == 64 || head_dim == 128; }
 
 /* The flash path of attention_forward_cuda / _backward_cuda (attention_cuda.cu):
  * returns 0 when it does not apply (off, or another head size). */
-int flash_attention_forward(float *out, float *probs, float *scratch, const float *qkv, int64_t batch, int64_t seq,
-                            int64_t heads, int64_t head_dim) {
-    if (!g_flash || (head_dim != 64 && head_dim != 128)) return 0;
+int flash_attention_forward(model_ops_ctx *oc, float *out, float *probs, float *scratch, const float *qkv,
+                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+    if (!oc->flash_attention || (head_dim != 64 && head_dim != 128)) return 0;
     const bfp8_attention_desc d = desc_of(batch, seq, heads, head_dim);
     const int64_t dim = heads * head_dim, tokens = batch * seq;
     const scratch_parts sp = split_scratch(scratch, d);
     uint16_t *o16 = o_copy(probs, d);
-    to_bf16(sp.qkv16, qkv, tokens * 3 * dim, "flash attention: qkv to bf16");
-    failed_op(bfp8_attention_forward_launch(stream(), num_sms(), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim,
+    to_bf16(oc, sp.qkv16, qkv, tokens * 3 * dim, "flash attention: qkv to bf16");
+    failed_op(oc,
+              bfp8_attention_forward_launch(stream(oc), num_sms(oc), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim,
                                             o16, probs),
               "flash attention forward");
-    to_f32(out, o16, tokens * dim, "flash attention: out to f32");
+    to_f32(oc, out, o16, tokens * dim, "flash attention: out to f32");
     return 1;
 }
 
-int flash_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *probs,
-                             int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
-    if (!g_flash || (head_dim != 64 && head_dim != 128)) return 0;
+int flash_attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
+                             const float *probs, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+    if (!oc->flash_attention || (head_dim != 64 && head_dim != 128)) return 0;
     const bfp8_attention_desc d = desc_of(batch, seq, heads, head_dim);
     const int64_t dim = heads * head_dim, tokens = batch * seq;
     const scratch_parts sp = split_scratch(scratch, d);
@@ -143,16 +140,17 @@ int flash_attention_backward(float *dqkv, float *scratch, const float *dout, con
     const uintptr_t end = reinterpret_cast<uintptr_t>(scratch + flash_attention_scratch_floats(batch, seq, heads,
                                                                                                 head_dim));
     if (reinterpret_cast<uintptr_t>(sp.workspace) + ws_bytes > end) {
-        failed(cudaErrorInvalidValue, "flash attention backward: scratch smaller than the workspace");
+        failed(oc, cudaErrorInvalidValue, "flash attention backward: scratch smaller than the workspace");
         return 1;
     }
     const uint16_t *o16 = o_copy(const_cast<float *>(probs), d);
-    to_bf16(sp.qkv16, qkv, tokens * 3 * dim, "flash attention: qkv to bf16");
-    to_bf16(sp.do16, dout, tokens * dim, "flash attention: dO to bf16");
-    failed_op(bfp8_attention_backward_launch(stream(), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim, o16, sp.do16,
+    to_bf16(oc, sp.qkv16, qkv, tokens * 3 * dim, "flash attention: qkv to bf16");
+    to_bf16(oc, sp.do16, dout, tokens * dim, "flash attention: dO to bf16");
+    failed_op(oc,
+              bfp8_attention_backward_launch(stream(oc), &d, sp.qkv16, sp.qkv16 + dim, sp.qkv16 + 2 * dim, o16, sp.do16,
                                              probs, sp.dqkv16, sp.dqkv16 + dim, sp.dqkv16 + 2 * dim, sp.workspace,
                                              bfp8_attn::kBwdDefault),
               "flash attention backward");
-    to_f32(dqkv, sp.dqkv16, tokens * 3 * dim, "flash attention: dqkv to f32");
+    to_f32(oc, dqkv, sp.dqkv16, tokens * 3 * dim, "flash attention: dqkv to f32");
     return 1;
 }

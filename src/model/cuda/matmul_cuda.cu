@@ -1,6 +1,6 @@
 /*
  * matmul_cuda.cu - the model's fp32 matrix products on the GPU (cuBLAS, TF32
- * on request: model_cuda_set_tf32) and the fp32 transpose. See
+ * on request: model_ops_ctx.tf32) and the fp32 transpose. See
  * model_kernels.cuh.
  */
 #include "model/cuda/model_kernels.cuh"
@@ -41,31 +41,34 @@ __global__ void transpose_kernel(float *__restrict__ dst, const float *__restric
  * transpose, so C^T = B^T A^T: B (row-major K x N) is the column-major
  * N x K operand as stored; A is K x M as stored when it is row-major M x K
  * (no transpose), and M x K, to be transposed, when a_transposed. */
-extern "C" void matmul_f32_cuda(float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
+extern "C" void matmul_f32_cuda(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
                                 const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K <= 0) { /* an empty sum: C = C, or C = 0 (cuBLAS's handling of k = 0 is not relied on) */
         if (!accumulate)
-            failed(cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0, (size_t)N * sizeof(float), (size_t)M, stream()),
-                   "matmul_f32 (zero)");
+            failed(
+                oc,
+                cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0, (size_t)N * sizeof(float), (size_t)M, stream(oc)),
+                "matmul_f32 (zero)");
         return;
     }
-    cublasHandle_t handle = cublas();
+    cublasHandle_t handle = cublas(oc);
     if (!handle) return;
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f; /* beta 0: C is not read, as on the CPU */
-    failed(cublasSgemm_64(handle, CUBLAS_OP_N, a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, b, ldb, a,
-                          lda, &beta, c, ldc),
+    failed(oc,
+           cublasSgemm_64(handle, CUBLAS_OP_N, a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &one, b, ldb, a, lda,
+                          &beta, c, ldc),
            "matmul_f32");
 }
 
-extern "C" void transpose_f32_cuda(float *dst, const float *src, int64_t rows, int64_t cols) {
+extern "C" void transpose_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t rows, int64_t cols) {
     if (rows <= 0 || cols <= 0) return;
     const int64_t col_tiles = (cols + kTile - 1) / kTile, row_tiles = (rows + kTile - 1) / kTile;
     if (col_tiles > kMaxGridX) {
-        failed(cudaErrorInvalidValue, "transpose_f32 (too many columns)");
+        failed(oc, cudaErrorInvalidValue, "transpose_f32 (too many columns)");
         return;
     }
     const dim3 grid((unsigned)col_tiles, (unsigned)(row_tiles < kMaxGridY ? row_tiles : kMaxGridY), 1);
-    transpose_kernel<<<grid, dim3(kTile, kTileRowsPerPass, 1), 0, stream()>>>(dst, src, rows, cols);
-    check_launch("transpose_f32");
+    transpose_kernel<<<grid, dim3(kTile, kTileRowsPerPass, 1), 0, stream(oc)>>>(dst, src, rows, cols);
+    check_launch(oc, "transpose_f32");
 }

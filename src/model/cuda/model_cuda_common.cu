@@ -1,69 +1,130 @@
 /*
- * model_cuda_common.cu - stream, cuBLAS handle and kept failure of the
- * model's CUDA operations (model_cuda_common.cuh).
+ * model_cuda_common.cu - the CUDA state of a model_ops_ctx: cuBLAS handle,
+ * scratch buffers and kept failure of the model's CUDA operations
+ * (model_cuda_common.cuh).
  */
 #include "model/cuda/model_cuda_common.cuh"
 
+#include <new>
 #include <stdio.h>
 
 #include "internal.h"
 #include "model/model_ops.h"
+#include "model/model_profile.h"
 
 namespace bfp8_model_cuda {
 
-namespace {
-cudaStream_t g_stream = 0;
-cublasHandle_t g_cublas = nullptr;
-bool g_tf32 = false;
-bool g_failed = false;
-char g_message[512];
-} /* namespace */
+model_cuda_state *state(model_ops_ctx *oc) {
+    if (!oc->cuda) {
+        oc->cuda = new (std::nothrow) model_cuda_state{};
+        if (!oc->cuda) model_ops_fail(oc, "model CUDA ops: out of host memory");
+    }
+    return oc->cuda;
+}
 
-cudaStream_t stream() { return g_stream; }
-
-cublasHandle_t cublas() {
-    if (!g_cublas) {
-        if (failed(cublasCreate(&g_cublas), "cublasCreate")) {
-            g_cublas = nullptr;
+cublasHandle_t cublas(model_ops_ctx *oc) {
+    model_cuda_state *st = state(oc);
+    if (!st) return nullptr;
+    if (!st->cublas) {
+        if (failed(oc, cublasCreate(&st->cublas), "cublasCreate")) {
+            st->cublas = nullptr;
             return nullptr;
         }
     }
-    failed(cublasSetMathMode(g_cublas, g_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+    failed(oc, cublasSetMathMode(st->cublas, oc->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
            "cublasSetMathMode");
-    failed(cublasSetStream(g_cublas, g_stream), "cublasSetStream");
-    return g_cublas;
+    failed(oc, cublasSetStream(st->cublas, stream(oc)), "cublasSetStream");
+    return st->cublas;
 }
 
-bool failed(cudaError_t e, const char *what) {
+bool failed(model_ops_ctx *oc, cudaError_t e, const char *what) {
     if (e == cudaSuccess) return false;
-    if (!g_failed) {
-        g_failed = true;
-        snprintf(g_message, sizeof g_message, "model CUDA op %s: %s", what, cudaGetErrorString(e));
+    if (!oc->failed) {
+        char message[sizeof oc->message];
+        snprintf(message, sizeof message, "model CUDA op %s: %s", what, cudaGetErrorString(e));
+        model_ops_fail(oc, message);
     }
     return true;
 }
 
-bool failed(cublasStatus_t s, const char *what) {
+bool failed(model_ops_ctx *oc, cublasStatus_t s, const char *what) {
     if (s == CUBLAS_STATUS_SUCCESS) return false;
-    if (!g_failed) {
-        g_failed = true;
-        snprintf(g_message, sizeof g_message, "model CUDA op %s: cuBLAS status %d", what, (int)s);
+    if (!oc->failed) {
+        char message[sizeof oc->message];
+        snprintf(message, sizeof message, "model CUDA op %s: cuBLAS status %d", what, (int)s);
+        model_ops_fail(oc, message);
     }
     return true;
+}
+
+void *device_scratch(model_ops_ctx *oc, scratch_buffer model_cuda_state::*which, size_t bytes, const char *what) {
+    model_cuda_state *st = state(oc);
+    if (!st) return nullptr;
+    scratch_buffer &s = st->*which;
+    if (bytes <= s.bytes) return s.ptr;
+    const size_t size = grown_size(s.bytes, bytes);
+    if (s.ptr) failed(oc, cudaFree(s.ptr), what);
+    s.ptr = nullptr;
+    s.bytes = 0;
+    if (failed(oc, cudaMalloc(&s.ptr, size), what)) {
+        s.ptr = nullptr;
+        return nullptr;
+    }
+    s.bytes = size;
+    return s.ptr;
+}
+
+void *host_scratch(model_ops_ctx *oc, scratch_buffer model_cuda_state::*which, size_t bytes, const char *what) {
+    model_cuda_state *st = state(oc);
+    if (!st) return nullptr;
+    scratch_buffer &s = st->*which;
+    if (bytes <= s.bytes) return s.ptr;
+    const size_t size = grown_size(s.bytes, bytes);
+    if (s.ptr) failed(oc, cudaFreeHost(s.ptr), what);
+    s.ptr = nullptr;
+    s.bytes = 0;
+    if (failed(oc, cudaMallocHost(&s.ptr, size), what)) {
+        s.ptr = nullptr;
+        return nullptr;
+    }
+    s.bytes = size;
+    return s.ptr;
 }
 
 } /* namespace bfp8_model_cuda */
 
-extern "C" void model_cuda_set_stream(void *cuda_stream) {
-    bfp8_model_cuda::g_stream = static_cast<cudaStream_t>(cuda_stream);
-}
+extern "C" void model_cuda_poll(model_ops_ctx *oc) { bfp8_model_cuda::failed(oc, cudaGetLastError(), "(a launch)"); }
 
-extern "C" void model_cuda_set_tf32(int tf32) { bfp8_model_cuda::g_tf32 = tf32 != 0; }
-
-extern "C" bfp8_status model_cuda_status(void) {
+extern "C" void model_cuda_release(model_ops_ctx *oc) {
     using namespace bfp8_model_cuda;
-    failed(cudaGetLastError(), "(a launch)");
-    if (!g_failed) return BFP8_OK;
-    g_failed = false;
-    return bfp8_fail(BFP8_ERR_CUDA, "%s", g_message);
+    model_cuda_state *st = oc->cuda;
+    if (!st) return;
+    failed(oc, cudaStreamSynchronize(stream(oc)), "release: synchronize");
+    if (st->cublas) failed(oc, cublasDestroy(st->cublas), "release: cublasDestroy");
+    scratch_buffer *device[] = {&st->norm_partials, &st->embedding_sort, &st->rmsnorm_partials};
+    for (scratch_buffer *b : device)
+        if (b->ptr) failed(oc, cudaFree(b->ptr), "release: cudaFree");
+    if (st->host_result.ptr) failed(oc, cudaFreeHost(st->host_result.ptr), "release: cudaFreeHost");
+    delete st;
+    oc->cuda = nullptr;
 }
+
+/* The step profile's marks (model_profile.h). */
+extern "C" int model_cuda_event_record(model_ops_ctx *oc, void **event) {
+    using namespace bfp8_model_cuda;
+    if (!*event) {
+        cudaEvent_t e = nullptr;
+        if (failed(oc, cudaEventCreate(&e), "profile: cudaEventCreate")) return 0;
+        *event = e;
+    }
+    return !failed(oc, cudaEventRecord(static_cast<cudaEvent_t>(*event), stream(oc)), "profile: cudaEventRecord");
+}
+
+extern "C" int model_cuda_event_elapsed(model_ops_ctx *oc, void *start, void *end, float *ms) {
+    using namespace bfp8_model_cuda;
+    cudaEvent_t a = static_cast<cudaEvent_t>(start), b = static_cast<cudaEvent_t>(end);
+    return !failed(oc, cudaEventSynchronize(b), "profile: cudaEventSynchronize") &&
+           !failed(oc, cudaEventElapsedTime(ms, a, b), "profile: cudaEventElapsedTime");
+}
+
+extern "C" void model_cuda_event_destroy(void *event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }

@@ -7,10 +7,10 @@
  * copies and bf16 conversions of model_ops.c. Same signatures, same
  * layouts, same result within fp32 rounding.
  *
- * Every function enqueues on bfp8_model_cuda::stream() and returns at once,
+ * Every function enqueues on its model_ops_ctx's stream and returns at once,
  * except cross_entropy_forward_cuda and gradient_global_norm_cuda, which
- * wait for their number. Failures are kept (model_cuda_common.cuh) and
- * reported by model_cuda_status().
+ * wait for their number. Failures are kept in the model_ops_ctx
+ * (model_cuda_common.cuh) and reported by model_ops_status().
  *
  * Shapes of the kernels:
  *   - per-row work (rmsnorm, cross-entropy, rope, swiglu, embedding): blocks
@@ -42,53 +42,6 @@ constexpr int kThreads = 256;        /* flat and column-chunk kernels */
 constexpr int kMaxRowThreads = 512;  /* a block that reduces one row */
 constexpr int64_t kMaxGridX = INT_MAX;
 constexpr int64_t kMaxGridY = 65535;
-
-/* ------------------------------------------------------------------------ */
-/* Scratch memory                                                            */
-
-/* Device and pinned host buffers that grow on demand and are never freed
- * (they live as long as the process, like the cuBLAS handle). Growing frees
- * the old buffer with cudaFree / cudaFreeHost, which wait for the device, so
- * work still reading it on any stream has finished. The ops share the one
- * stream, so a buffer is reused only after the work before it is done. */
-struct scratch_buffer {
-    void *ptr;
-    size_t bytes;
-};
-
-/* Double on growth, so a slowly growing size reallocates rarely. */
-inline size_t grown_size(size_t old_bytes, size_t bytes) { return bytes > 2 * old_bytes ? bytes : 2 * old_bytes; }
-
-inline void *device_scratch(scratch_buffer &s, size_t bytes, const char *what) {
-    if (bytes <= s.bytes) return s.ptr;
-    const size_t size = grown_size(s.bytes, bytes);
-    if (s.ptr) failed(cudaFree(s.ptr), what);
-    s.ptr = nullptr;
-    s.bytes = 0;
-    if (failed(cudaMalloc(&s.ptr, size), what)) {
-        s.ptr = nullptr;
-        return nullptr;
-    }
-    s.bytes = size;
-    return s.ptr;
-}
-
-inline void *host_scratch(scratch_buffer &s, size_t bytes, const char *what) {
-    if (bytes <= s.bytes) return s.ptr;
-    const size_t size = grown_size(s.bytes, bytes);
-    if (s.ptr) failed(cudaFreeHost(s.ptr), what);
-    s.ptr = nullptr;
-    s.bytes = 0;
-    if (failed(cudaMallocHost(&s.ptr, size), what)) {
-        s.ptr = nullptr;
-        return nullptr;
-    }
-    s.bytes = size;
-    return s.ptr;
-}
-
-/* A pinned host buffer for a number copied back (the row losses, the norm). */
-inline scratch_buffer g_host_result;
 
 inline size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 

@@ -12,8 +12,6 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-scratch_buffer g_rmsnorm_partials; /* chunks x dim floats */
-
 template <int V>
 __global__ void rmsnorm_forward_kernel(float *__restrict__ out, float *__restrict__ rstd,
                                        const float *__restrict__ x, const float *__restrict__ weight,
@@ -101,7 +99,7 @@ __global__ void rmsnorm_dweight_sum_kernel(float *__restrict__ dweight, const fl
 
 } /* namespace */
 
-extern "C" void rmsnorm_forward_cuda(float *out, float *rstd, const float *x, const float *weight,
+extern "C" void rmsnorm_forward_cuda(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight,
                                      int64_t tokens, int64_t dim, float eps) {
     if (tokens <= 0 || dim <= 0) return;
     const bool vec = dim % 4 == 0 && aligned16(out) && aligned16(x) && aligned16(weight);
@@ -109,13 +107,13 @@ extern "C" void rmsnorm_forward_cuda(float *out, float *rstd, const float *x, co
     const unsigned blocks = (unsigned)(tokens < kMaxGridX ? tokens : kMaxGridX);
     const int threads = row_threads(items);
     if (vec)
-        rmsnorm_forward_kernel<4><<<blocks, threads, 0, stream()>>>(out, rstd, x, weight, tokens, dim, eps);
+        rmsnorm_forward_kernel<4><<<blocks, threads, 0, stream(oc)>>>(out, rstd, x, weight, tokens, dim, eps);
     else
-        rmsnorm_forward_kernel<1><<<blocks, threads, 0, stream()>>>(out, rstd, x, weight, tokens, dim, eps);
-    check_launch("rmsnorm_forward");
+        rmsnorm_forward_kernel<1><<<blocks, threads, 0, stream(oc)>>>(out, rstd, x, weight, tokens, dim, eps);
+    check_launch(oc, "rmsnorm_forward");
 }
 
-extern "C" void rmsnorm_backward_cuda(float *dx, float *dweight, const float *dout, const float *x,
+extern "C" void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                                       const float *weight, const float *rstd, int64_t tokens, int64_t dim) {
     if (tokens <= 0 || dim <= 0) return;
     const bool vec = dim % 4 == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(weight);
@@ -123,10 +121,10 @@ extern "C" void rmsnorm_backward_cuda(float *dx, float *dweight, const float *do
     const unsigned blocks = (unsigned)(tokens < kMaxGridX ? tokens : kMaxGridX);
     const int threads = row_threads(items);
     if (vec)
-        rmsnorm_backward_dx_kernel<4><<<blocks, threads, 0, stream()>>>(dx, dout, x, weight, rstd, tokens, dim);
+        rmsnorm_backward_dx_kernel<4><<<blocks, threads, 0, stream(oc)>>>(dx, dout, x, weight, rstd, tokens, dim);
     else
-        rmsnorm_backward_dx_kernel<1><<<blocks, threads, 0, stream()>>>(dx, dout, x, weight, rstd, tokens, dim);
-    check_launch("rmsnorm_backward (dx)");
+        rmsnorm_backward_dx_kernel<1><<<blocks, threads, 0, stream(oc)>>>(dx, dout, x, weight, rstd, tokens, dim);
+    check_launch(oc, "rmsnorm_backward (dx)");
 
     /* The weight gradient: enough token chunks to fill the GPU (about 2048
      * blocks), each at least 16 tokens long, then a fixed-order sum. */
@@ -140,15 +138,15 @@ extern "C" void rmsnorm_backward_cuda(float *dx, float *dweight, const float *do
     chunks = (tokens + tokens_per_chunk - 1) / tokens_per_chunk;
     float *partial = nullptr;
     if (chunks > 1) {
-        partial = (float *)device_scratch(g_rmsnorm_partials, (size_t)(chunks * dim) * sizeof(float),
-                                          "rmsnorm_backward (scratch)");
+        partial = (float *)device_scratch(oc, &model_cuda_state::rmsnorm_partials,
+                                          (size_t)(chunks * dim) * sizeof(float), "rmsnorm_backward (scratch)");
         if (!partial) return;
     }
-    rmsnorm_dweight_chunk_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks, 1), kThreads, 0, stream()>>>(
+    rmsnorm_dweight_chunk_kernel<<<dim3((unsigned)col_blocks, (unsigned)chunks, 1), kThreads, 0, stream(oc)>>>(
         partial, dweight, dout, x, rstd, tokens, dim, tokens_per_chunk);
-    check_launch("rmsnorm_backward (dweight chunks)");
+    check_launch(oc, "rmsnorm_backward (dweight chunks)");
     if (partial) {
-        rmsnorm_dweight_sum_kernel<<<(unsigned)col_blocks, kThreads, 0, stream()>>>(dweight, partial, chunks, dim);
-        check_launch("rmsnorm_backward (dweight sum)");
+        rmsnorm_dweight_sum_kernel<<<(unsigned)col_blocks, kThreads, 0, stream(oc)>>>(dweight, partial, chunks, dim);
+        check_launch(oc, "rmsnorm_backward (dweight sum)");
     }
 }

@@ -38,13 +38,13 @@ __global__ void rope_kernel(float *x, int64_t rows, int64_t seq, int n_heads, in
     }
 }
 
-void rope_rotate_cuda(float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+void rope_rotate_cuda(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
                       int64_t row_stride, const float *cos_table, const float *sin_table, float sin_sign,
                       const char *what) {
     const int64_t half = head_dim / 2;
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || half <= 0) return;
     if (head_dim > INT_MAX / n_heads) { /* the kernel indexes a row's heads in int */
-        failed(cudaErrorInvalidValue, what);
+        failed(oc, cudaErrorInvalidValue, what);
         return;
     }
     const bool vec = half % 4 == 0 && head_dim % 4 == 0 && row_stride % 4 == 0 && aligned16(x) &&
@@ -53,22 +53,24 @@ void rope_rotate_cuda(float *x, int64_t batch, int64_t seq, int64_t n_heads, int
     const int threads = chunk_threads(items);
     const dim3 grid = rows_by_chunks(rows, items, threads);
     if (vec)
-        rope_kernel<4><<<grid, threads, 0, stream()>>>(x, rows, seq, (int)n_heads, (int)head_dim, row_stride,
-                                                        cos_table, sin_table, sin_sign);
+        rope_kernel<4><<<grid, threads, 0, stream(oc)>>>(x, rows, seq, (int)n_heads, (int)head_dim, row_stride,
+                                                         cos_table, sin_table, sin_sign);
     else
-        rope_kernel<1><<<grid, threads, 0, stream()>>>(x, rows, seq, (int)n_heads, (int)head_dim, row_stride,
-                                                        cos_table, sin_table, sin_sign);
-    check_launch(what);
+        rope_kernel<1><<<grid, threads, 0, stream(oc)>>>(x, rows, seq, (int)n_heads, (int)head_dim, row_stride,
+                                                         cos_table, sin_table, sin_sign);
+    check_launch(oc, what);
 }
 
 } /* namespace */
 
-extern "C" void rope_forward_cuda(float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                                  int64_t row_stride, const float *cos_table, const float *sin_table) {
-    rope_rotate_cuda(x, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, 1.0f, "rope_forward");
+extern "C" void rope_forward_cuda(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads,
+                                  int64_t head_dim, int64_t row_stride, const float *cos_table,
+                                  const float *sin_table) {
+    rope_rotate_cuda(oc, x, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, 1.0f, "rope_forward");
 }
 
-extern "C" void rope_backward_cuda(float *dx, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                                   int64_t row_stride, const float *cos_table, const float *sin_table) {
-    rope_rotate_cuda(dx, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, -1.0f, "rope_backward");
+extern "C" void rope_backward_cuda(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq, int64_t n_heads,
+                                   int64_t head_dim, int64_t row_stride, const float *cos_table,
+                                   const float *sin_table) {
+    rope_rotate_cuda(oc, dx, batch, seq, n_heads, head_dim, row_stride, cos_table, sin_table, -1.0f, "rope_backward");
 }

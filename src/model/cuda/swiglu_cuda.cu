@@ -54,29 +54,30 @@ __global__ void swiglu_backward_kernel(float *__restrict__ dgate_up, const float
 
 } /* namespace */
 
-extern "C" void swiglu_forward_cuda(float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
+extern "C" void swiglu_forward_cuda(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens,
+                                    int64_t hidden) {
     if (tokens <= 0 || hidden <= 0) return;
     const bool vec = hidden % 4 == 0 && aligned16(out) && aligned16(gate_up);
     const int64_t items = vec ? hidden / 4 : hidden;
     const int threads = chunk_threads(items);
     const dim3 grid = rows_by_chunks(tokens, items, threads);
     if (vec)
-        swiglu_forward_kernel<4><<<grid, threads, 0, stream()>>>(out, gate_up, tokens, hidden);
+        swiglu_forward_kernel<4><<<grid, threads, 0, stream(oc)>>>(out, gate_up, tokens, hidden);
     else
-        swiglu_forward_kernel<1><<<grid, threads, 0, stream()>>>(out, gate_up, tokens, hidden);
-    check_launch("swiglu_forward");
+        swiglu_forward_kernel<1><<<grid, threads, 0, stream(oc)>>>(out, gate_up, tokens, hidden);
+    check_launch(oc, "swiglu_forward");
 }
 
-extern "C" void swiglu_backward_cuda(float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
-                                     int64_t hidden) {
+extern "C" void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up,
+                                     int64_t tokens, int64_t hidden) {
     if (tokens <= 0 || hidden <= 0) return;
     const bool vec = hidden % 4 == 0 && aligned16(dgate_up) && aligned16(dout) && aligned16(gate_up);
     const int64_t items = vec ? hidden / 4 : hidden;
     const int threads = chunk_threads(items);
     const dim3 grid = rows_by_chunks(tokens, items, threads);
     if (vec)
-        swiglu_backward_kernel<4><<<grid, threads, 0, stream()>>>(dgate_up, dout, gate_up, tokens, hidden);
+        swiglu_backward_kernel<4><<<grid, threads, 0, stream(oc)>>>(dgate_up, dout, gate_up, tokens, hidden);
     else
-        swiglu_backward_kernel<1><<<grid, threads, 0, stream()>>>(dgate_up, dout, gate_up, tokens, hidden);
-    check_launch("swiglu_backward");
+        swiglu_backward_kernel<1><<<grid, threads, 0, stream(oc)>>>(dgate_up, dout, gate_up, tokens, hidden);
+    check_launch(oc, "swiglu_backward");
 }
