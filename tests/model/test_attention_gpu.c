@@ -6,7 +6,7 @@
  * above the diagonal) and dqkv.
  *
  *   ctest --test-dir build -R test_attention_gpu --output-on-failure
- *   build/tests/gpu_model/test_attention_gpu        (exit 77: no GPU, skipped)
+ *   build/tests/model/test_attention_gpu        (exit 77: no GPU, skipped)
  *
  * Every device output and the scratch start as NaN bytes, so an element the
  * GPU leaves unwritten (or a read of scratch before it is written) fails the
