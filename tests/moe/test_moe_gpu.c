@@ -311,8 +311,23 @@ static void test_dispatch_and_data(void) {
     CHECK_OK(bfp8_moe_swiglu_backward(cpu, &guc, &dhc, &dgucm));
     CHECK_OK(bfp8_moe_swiglu_backward(gpu, &gug, &dhg, &dgugm));
     float *hg = down(d_h, (size_t)(R * F) * 4), *dgug = down(d_dgu, (size_t)(R * 2 * F) * 4);
-    const double eh = max_rel(hc, hg, R * F, 1e-6), ed = max_rel(dguc, dgug, R * 2 * F, 1e-6);
-    CHECK(eh < 1e-5 && ed < 1e-5, "swiglu: h %.3g, dgu %.3g relative to the CPU", eh, ed);
+    /* dgu's gate half, d u sig (1 + g (1 - sig)), cancels near g = -1.28: there an ulp of expf's difference
+     * between the backends is large against the result, so each element's error is measured against the
+     * size of its terms, d u sig (1 + |g| (1 - sig)), not against the result itself */
+    double ed = 0.0;
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < F; ++c) {
+            const double g = gu[r * 2 * F + c], u = gu[r * 2 * F + F + c], d = dh[r * F + c];
+            const double sig = 1.0 / (1.0 + exp(-g));
+            const double gate_terms = fabs(d * u) * sig * (1.0 + fabs(g) * (1.0 - sig));
+            const double up_terms = fabs(d * g * sig);
+            const int64_t i = r * 2 * F + c, j = i + F;
+            ed = fmax(ed, fabs((double)dguc[i] - dgug[i]) / (1e-6 + gate_terms));
+            ed = fmax(ed, fabs((double)dguc[j] - dgug[j]) / (1e-6 + up_terms));
+        }
+    const double eh = max_rel(hc, hg, R * F, 1e-6);
+    CHECK(eh < 1e-5 && ed < 1e-5, "swiglu: h %.3g, dgu %.3g relative to the CPU (dgu: to the size of its terms)", eh,
+          ed);
     bfp8_free(gpu, d_gu), bfp8_free(gpu, d_dh), bfp8_free(gpu, d_h), bfp8_free(gpu, d_dgu);
     free(gu), free(dh), free(hc), free(dguc), free(hg), free(dgug);
 }
