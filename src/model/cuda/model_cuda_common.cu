@@ -57,16 +57,18 @@ bool failed(model_ops_ctx *oc, cublasStatus_t s, const char *what) {
     return true;
 }
 
-void *device_scratch(model_ops_ctx *oc, scratch_buffer model_cuda_state::*which, size_t bytes, const char *what) {
+/* The buffer `which`, grown to at least `bytes` (device memory, or pinned host memory when host). */
+static void *grown_scratch(model_ops_ctx *oc, scratch_buffer model_cuda_state::*which, size_t bytes, const char *what,
+                           bool host) {
     model_cuda_state *st = state(oc);
     if (!st) return nullptr;
     scratch_buffer &s = st->*which;
     if (bytes <= s.bytes) return s.ptr;
     const size_t size = grown_size(s.bytes, bytes);
-    if (s.ptr) failed(oc, cudaFree(s.ptr), what);
+    if (s.ptr) failed(oc, host ? cudaFreeHost(s.ptr) : cudaFree(s.ptr), what);
     s.ptr = nullptr;
     s.bytes = 0;
-    if (failed(oc, cudaMalloc(&s.ptr, size), what)) {
+    if (failed(oc, host ? cudaMallocHost(&s.ptr, size) : cudaMalloc(&s.ptr, size), what)) {
         s.ptr = nullptr;
         return nullptr;
     }
@@ -74,21 +76,12 @@ void *device_scratch(model_ops_ctx *oc, scratch_buffer model_cuda_state::*which,
     return s.ptr;
 }
 
+void *device_scratch(model_ops_ctx *oc, scratch_buffer model_cuda_state::*which, size_t bytes, const char *what) {
+    return grown_scratch(oc, which, bytes, what, false);
+}
+
 void *host_scratch(model_ops_ctx *oc, scratch_buffer model_cuda_state::*which, size_t bytes, const char *what) {
-    model_cuda_state *st = state(oc);
-    if (!st) return nullptr;
-    scratch_buffer &s = st->*which;
-    if (bytes <= s.bytes) return s.ptr;
-    const size_t size = grown_size(s.bytes, bytes);
-    if (s.ptr) failed(oc, cudaFreeHost(s.ptr), what);
-    s.ptr = nullptr;
-    s.bytes = 0;
-    if (failed(oc, cudaMallocHost(&s.ptr, size), what)) {
-        s.ptr = nullptr;
-        return nullptr;
-    }
-    s.bytes = size;
-    return s.ptr;
+    return grown_scratch(oc, which, bytes, what, true);
 }
 
 } /* namespace bfp8_model_cuda */
