@@ -72,6 +72,8 @@ def parse_args(argv=None):
     p.add_argument("--compile-scope", choices=("block", "model"), default="block",
                    help="block: each block and the output compiled (default); model: the whole model")
     p.add_argument("--json", default=None, help="write the results here (JSON)")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="after the run, N more steps under torch.profiler: CUDA time per kernel, the top 30")
     p.add_argument("--in-process", action="store_true", help="run the modes in this process")
     p.add_argument("--mode-json", default=None, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -226,6 +228,9 @@ def run_mode(args, mode):
     norms = torch.stack(norms).float().cpu().tolist()
     peak = torch.cuda.max_memory_allocated() if cuda else 0
 
+    if args.profile_steps > 0:
+        profile_kernels(torch, step, args.steps, args.profile_steps, cuda)
+
     val = []
     for inputs, targets in data.validation(args.eval_batches, torch):
         with torch.autocast(device.type, dtype=torch.bfloat16):  # grad mode as in training: no recompile
@@ -249,6 +254,26 @@ def run_mode(args, mode):
         "nonfinite": nonfinite, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
         "torch": torch.__version__,
     }
+
+
+def profile_kernels(torch, step, last_step, count, cuda):
+    """count more steps (at the schedule's last learning rate) under torch.profiler; prints the kernels by
+    total CUDA time, per step."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(count):
+            step(last_step)
+        if cuda:
+            torch.cuda.synchronize()
+    rows = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    rows.sort(key=lambda e: -e.device_time_total)
+    total = sum(e.device_time_total for e in rows) / count / 1e3
+    print("profile: %d steps, %.1f ms of kernels a step" % (count, total))
+    for e in rows[:30]:
+        print("  %8.2f ms %5.1f%% %5d  %s" % (e.device_time_total / count / 1e3, 100 * e.device_time_total / count /
+                                              1e3 / total, e.count // count, e.key[:110]))
+    sys.stdout.flush()
 
 
 # --------------------------------------------------------------------------
