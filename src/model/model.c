@@ -355,6 +355,20 @@ bfp8_status model_sync_weights(model *m) {
     return BFP8_OK;
 }
 
+/* w[k] = scale * the k-th normal of rng's stream (two draws each), the same
+ * numbers as one sequential loop, made by all threads: a 1b model's weights
+ * are a billion normals. */
+static void fill_normal(float *w, size_t count, float scale, rng_state rng) {
+    const int64_t chunk = 1 << 16, chunks = ((int64_t)count + chunk - 1) / chunk;
+#pragma omp parallel for schedule(static)
+    for (int64_t c = 0; c < chunks; ++c) {
+        rng_state r = rng;
+        rng_skip(&r, 2 * (uint64_t)(c * chunk));
+        const int64_t end = (c + 1) * chunk < (int64_t)count ? (c + 1) * chunk : (int64_t)count;
+        for (int64_t k = c * chunk; k < end; ++k) w[k] = scale * rng_normal(&r);
+    }
+}
+
 bfp8_status model_init_weights(model *m, uint64_t seed) {
     rng_state rng = rng_seeded(seed);
     const float std = 0.02f, residual_std = std / sqrtf(2.0f * (float)m->config.n_layers);
@@ -370,8 +384,8 @@ bfp8_status model_init_weights(model *m, uint64_t seed) {
         }
         const int residual = (len >= 8 && strcmp(t->name + len - 8, "attn.out") == 0) ||
                              (len >= 8 && strcmp(t->name + len - 8, "mlp.down") == 0);
-        const float s = residual ? residual_std : std;
-        for (size_t k = 0; k < t->count; ++k) w[k] = s * rng_normal(&rng);
+        fill_normal(w, t->count, residual ? residual_std : std, rng);
+        rng_skip(&rng, 2 * (uint64_t)t->count);
     }
     bfp8_status st = bfp8_copy_to_backend(m->ctx, m->params, params, m->num_params * sizeof *params);
     free(params);

@@ -24,6 +24,10 @@ static inline uint64_t rng_next_u64(rng_state *r) {
     return z ^ (z >> 31);
 }
 
+/* The generator as it is after `draws` more calls of rng_next_u64 (the state
+ * only counts), so a stream can be split among threads exactly. */
+static inline void rng_skip(rng_state *r, uint64_t draws) { r->state += draws * 0x9e3779b97f4a7c15ull; }
+
 /* Uniform in [0, 1) with 24 random bits. */
 static inline float rng_uniform(rng_state *r) { return (float)(rng_next_u64(r) >> 40) * 0x1p-24f; }
 
