@@ -48,11 +48,12 @@ unset BFP8_GEMM_CONFIG BFP8_GEMM_TRACE
 step test_gemm_gpu 600 "$build/tests/gemm/test_gemm_gpu"
 step test_gemm_grid 900 "$build/tests/gemm/test_gemm_grid"
 # (b) memcheck: the grid's corner (M <= 128, N, K <= 1024, and the ragged cells that fit)
-if command -v compute-sanitizer > /dev/null; then
-    step memcheck_grid_small 600 compute-sanitizer --tool memcheck --error-exitcode 9 \
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
+if [ -n "$sanitizer" ]; then
+    step memcheck_grid_small 600 "$sanitizer" --tool memcheck --error-exitcode 9 \
         "$build/tests/gemm/test_gemm_grid" --small
 else
-    echo "memcheck_grid_small  SKIPPED (no compute-sanitizer on PATH)" >> "$summary"
+    echo "memcheck_grid_small  SKIPPED (no compute-sanitizer found)" >> "$summary"
 fi
 # (c) speed on the grid (the partial grid of bench/results' grid file, with M = 16 and 32 added: the bounds
 # of the small kernels), then 1D1D over 64 tokens with the small kernel forced (whether its bound should move)
