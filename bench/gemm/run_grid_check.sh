@@ -4,18 +4,23 @@
 # the grid's small corner), speed against cuBLASLt on the shape grid, and the
 # TARGETS shapes (bench_gemm). Logs under <out-dir>, a summary printed last.
 #
-#   bench/gemm/run_grid_check.sh <build-dir> <out-dir> [--quick]
+#   bench/gemm/run_grid_check.sh <build-dir> <out-dir> [--quick | --correctness | --speed]
 #
 # Run from the repository root, with the programs built in <build-dir>
 # (targets test_gemm_gpu test_gemm_grid bench_gemm_grid bench_gemm).
-# --quick: the grid bench on M {1, 8, 16, 64} x N, K {256, 4096} only.
+# --quick: the grid bench on M {1, 8, 16, 64} x N, K {256, 4096} only;
+# --correctness: steps (a) and (b) only; --speed: (c) and (d) only (each fits
+# one 10-minute call where the whole pass does not).
 # Exit code: 0 when every step passed, else 1 (the summary says which).
 set -u
 
-usage="usage: $0 <build-dir> <out-dir> [--quick]"
+usage="usage: $0 <build-dir> <out-dir> [--quick | --correctness | --speed]"
 build=${1:?$usage}
 out=${2:?$usage}
-quick=${3:-}
+mode=${3:-}
+quick=$([ "$mode" = "--quick" ] && echo --quick)
+run_correctness=$([ "$mode" != "--speed" ] && echo 1)
+run_speed=$([ "$mode" != "--correctness" ] && echo 1)
 mkdir -p "$out"
 summary="$out/summary.txt"
 : > "$summary"
@@ -44,17 +49,20 @@ step() {
 }
 
 unset BFP8_GEMM_CONFIG BFP8_GEMM_TRACE
+if [ -n "$run_correctness" ]; then
 # (a) correctness
-step test_gemm_gpu 600 "$build/tests/gemm/test_gemm_gpu"
-step test_gemm_grid 900 "$build/tests/gemm/test_gemm_grid"
+step test_gemm_gpu 200 "$build/tests/gemm/test_gemm_gpu"
+step test_gemm_grid 250 "$build/tests/gemm/test_gemm_grid"
 # (b) memcheck: the grid's corner (M <= 128, N, K <= 1024, and the ragged cells that fit)
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
 if [ -n "$sanitizer" ]; then
-    step memcheck_grid_small 600 "$sanitizer" --tool memcheck --error-exitcode 9 \
+    step memcheck_grid_small 140 "$sanitizer" --tool memcheck --error-exitcode 9 \
         "$build/tests/gemm/test_gemm_grid" --small
 else
     echo "memcheck_grid_small  SKIPPED (no compute-sanitizer found)" >> "$summary"
 fi
+fi
+if [ -n "$run_speed" ]; then
 # (c) speed on the grid (the partial grid of bench/results' grid file, with M = 16 and 32 added: the bounds
 # of the small kernels), then 1D1D over 64 tokens with the small kernel forced (whether its bound should move)
 if [ "$quick" = "--quick" ]; then
@@ -62,12 +70,13 @@ if [ "$quick" = "--quick" ]; then
 else
     grid_args=(--m 1,8,16,32,64,512,4096 --nk 256,1024,4096,7168)
 fi
-step bench_grid 420 "$build/bench/gemm/bench_gemm_grid" "${grid_args[@]}" --graph-us 400 --reps 5 \
+step bench_grid 330 "$build/bench/gemm/bench_gemm_grid" "${grid_args[@]}" --graph-us 400 --reps 5 \
     --json "$out/grid.json"
-step bench_grid_1d1d_small_forced 120 env BFP8_GEMM_CONFIG=small=1 "$build/bench/gemm/bench_gemm_grid" \
+step bench_grid_1d1d_small_forced 60 env BFP8_GEMM_CONFIG=small=1 "$build/bench/gemm/bench_gemm_grid" \
     --kinds 1d1d --m 64 --nk 256,1024,4096,7168 --graph-us 400 --reps 5
 # (d) the TARGETS shapes: no regression
-step bench_gemm_targets 300 "$build/bench/gemm/bench_gemm" --json "$out/targets.json"
+step bench_gemm_targets 200 "$build/bench/gemm/bench_gemm" --json "$out/targets.json"
+fi
 
 echo "---- summary ----"
 cat "$summary"
