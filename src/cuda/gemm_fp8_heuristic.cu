@@ -11,7 +11,10 @@
  *                                     "split=N": the last wave's tiles in N
  *                                     k-slices (1: never split; the default
  *                                     chooses); "gm=G": tiles rasterized in
- *                                     groups of G tile rows
+ *                                     groups of G tile rows; "small=0": never
+ *                                     the kernels of few rows / tokens
+ *                                     (gemm_fp8_small.cu), "small=1": 1D1D's
+ *                                     over any number of tokens
  *   BFP8_GEMM_TRACE=1                 print the configuration of each call
  */
 #include <math.h>
