@@ -39,6 +39,7 @@ bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
                                 const bfp8_matrix *c, bfp8_matrix *d) {
     Params p;
     BFP8_TRY(prepare("bfp8_gemm_1d1d", a, b, c, d, a->rows, b->rows, &p));
+    if (small_1d1d_applies(p.k)) return launch_small_1d1d(ctx, a, b, p);
     const int slots[] = {candidate_slots<0>(ctx), candidate_slots<1>(ctx), candidate_slots<2>(ctx),
                          candidate_slots<3>(ctx)};
     const Config cfg = choose_config(true, p.m, p.n, p.num_k_blocks, slots);

@@ -11,7 +11,10 @@
  *                                     "split=N": the last wave's tiles in N
  *                                     k-slices (1: never split; the default
  *                                     chooses); "gm=G": tiles rasterized in
- *                                     groups of G tile rows
+ *                                     groups of G tile rows; "small=0": never
+ *                                     the kernels of few rows / tokens
+ *                                     (gemm_fp8_small.cu), "small=1": 1D1D's
+ *                                     over any number of tokens
  *   BFP8_GEMM_TRACE=1                 print the configuration of each call
  */
 #include <math.h>
@@ -35,6 +38,12 @@ const char *env_or_null(const char *name) {
  * k-block loads. */
 constexpr double SPLIT_COST_K_BLOCKS = 2.5;
 constexpr int SPLIT_MAX = 16;
+
+/* The scale operand of 1D1D 256 x 112 tiles is made by a kernel of its own
+ * before the GEMM (~2 us from launch to end on an H200): in the time of
+ * k-blocks of a 128 x 128 tile (~0.37 us each at the tensor cores' speed).
+ * It decides only where the GEMM has few k-blocks (few tokens). */
+constexpr double SCALE_OPERAND_COST = 5.0;
 
 } /* namespace */
 
@@ -67,9 +76,10 @@ SplitPlan plan_split(int64_t tiles, int slots, int num_k_blocks, int requested) 
     return plan;
 }
 
-/* The estimated time of a candidate: waves of resident CTAs (the last one
- * split where that pays) times the cost of one tile (its area over its
- * speed). Clusters of 2 CTAs sharing A or B by multicast, and a kernel with
+/* The estimated time of a candidate, in k-blocks of a 128 x 128 tile: waves
+ * of resident CTAs (the last one split where that pays) times the cost of
+ * one tile (its area over its speed) over all k-blocks, plus the scale
+ * operand's kernel where the candidate needs it. Clusters of 2 CTAs sharing A or B by multicast, and a kernel with
  * two accumulators in flight, measured slower than the single-CTA tile of
  * the same shape and cannot split their last wave: this model never chose
  * them, so they are not built. */
@@ -84,7 +94,8 @@ Config choose_config(bool b_1x128, int m, int n, int num_k_blocks, const int *sl
         const int64_t tiles = bfp8_ceil_div(m, c.bm) * bfp8_ceil_div(n, c.bn);
         const SplitPlan plan = plan_split(tiles, slots[i], num_k_blocks, can_split(c.bn, b_1x128) ? 0 : 1);
         const double waves = (double)(plan.whole / slots[i]) + plan.tail_waves;
-        const double time = waves * c.bm * c.bn / c.speed;
+        double time = waves * num_k_blocks * (c.bm * c.bn / (128.0 * 128.0)) / c.speed;
+        if (b_1x128 && c.bm == 256) time += SCALE_OPERAND_COST;
         if (time < best_time * (1.0 - 1e-9)) {
             best_time = time;
             best.bm = c.bm;

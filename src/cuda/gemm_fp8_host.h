@@ -82,6 +82,23 @@ bool trace_enabled();
 extern const char *const TMA_OUT_NAMES[4];
 
 /* ------------------------------------------------------------------------ */
+/* Few rows or few tokens (gemm_fp8_small.cu)                                */
+
+constexpr int SMALL_1D2D_MAX_M = 16;      /* 1D2D: rows of A */
+constexpr int SMALL_1D1D_MAX_TOKENS = 32; /* 1D1D: the contraction */
+
+/* Whether the small kernel runs a 1D2D GEMM of m rows / a 1D1D GEMM over
+ * `tokens` (BFP8_GEMM_CONFIG's small=0 turns them off, small=1 forces 1D1D's). */
+bool small_1d2d_applies(int m);
+bool small_1d1d_applies(int tokens);
+
+/* The launches, with the entry point's Params (D: p.m x p.n over p.k). */
+bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                              const Params &p);
+bfp8_status launch_small_1d1d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                              const Params &p);
+
+/* ------------------------------------------------------------------------ */
 /* Device memory of a context (gemm_fp8_workspace.cu)                        */
 
 /* Room for the exchange of a split last wave: the flags (zeroed once; slice
@@ -92,6 +109,9 @@ struct SplitWorkspace {
     float *partials;
 };
 SplitWorkspace split_workspace(const bfp8_context *ctx);
+/* Its size: counters, and floats of partials (the small 1D2D kernel's slices share it). */
+int split_workspace_counters(const bfp8_context *ctx);
+int64_t split_workspace_floats(const bfp8_context *ctx);
 
 /* 1D1D 256 x 112 with TMA outputs (SharedLayout::SCALE_MMA): whether the
  * scale operand of an n-column GEMM over num_k_blocks can be had; then make

@@ -36,7 +36,7 @@ constexpr int SPLIT_MAX_TILE_FLOATS = 256 * 128;
 
 SplitWorkspace split_workspace(const bfp8_context *ctx) {
     bfp8_cuda_state *st = bfp8_cuda_state_of(ctx);
-    const size_t counter_bytes = ((size_t)st->num_sms * 3 * sizeof(unsigned) + 255) / 256 * 256;
+    const size_t counter_bytes = ((size_t)split_workspace_counters(ctx) * sizeof(unsigned) + 255) / 256 * 256;
     if (!st->gemm_split_workspace) {
         /* (inside a capture, the captured GEMM runs unsplit instead) */
         if (capturing(ctx)) return SplitWorkspace{nullptr, nullptr};
@@ -55,6 +55,12 @@ SplitWorkspace split_workspace(const bfp8_context *ctx) {
     }
     uint8_t *w = static_cast<uint8_t *>(st->gemm_split_workspace);
     return SplitWorkspace{reinterpret_cast<unsigned *>(w), reinterpret_cast<float *>(w + counter_bytes)};
+}
+
+int split_workspace_counters(const bfp8_context *ctx) { return bfp8_cuda_state_of(ctx)->num_sms * 3; }
+
+int64_t split_workspace_floats(const bfp8_context *ctx) {
+    return (int64_t)bfp8_cuda_state_of(ctx)->num_sms * SPLIT_MAX_TILE_FLOATS;
 }
 
 /* ------------------------------------------------------------------------ */

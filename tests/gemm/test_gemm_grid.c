@@ -105,10 +105,11 @@ int main(int argc, char **argv) {
     const int nm = small ? 4 : 8, nnk = small ? 3 : 6;
     const int64_t max_m = ms[nm - 1], max_nk = nks[nnk - 1];
     pool p;
-    make_pool(&p, (size_t)(max_m * max_nk) + 8192 + 16 * (size_t)max_nk,
+    const int64_t max_rows = max_m > max_nk ? max_m : max_nk; /* of an operand: M or N rows of K */
+    make_pool(&p, (size_t)(max_rows * max_nk) + 8192 + 16 * (size_t)max_nk,
               (size_t)((max_nk / 128 + 1) * (max_m + 4)) + (size_t)(max_m * max_nk) / 16 / 16 + 4096);
     void *d = NULL;
-    if (cudaMalloc(&d, (size_t)(max_m > max_nk ? max_m : max_nk) * (size_t)max_nk * 4) != cudaSuccess)
+    if (cudaMalloc(&d, (size_t)max_rows * (size_t)max_nk * 4) != cudaSuccess)
         test_fatal("cudaMalloc of the output failed");
     bfp8_context *ctx = NULL;
     CHECK_OK(bfp8_context_create(&ctx, BFP8_BACKEND_CUDA, 0));
@@ -118,6 +119,17 @@ int main(int argc, char **argv) {
         for (int mi = 0; mi < nm; ++mi)
             for (int ni = 0; ni < nnk; ++ni)
                 for (int ki = 0; ki < nnk; ++ki, ++cells) check_cell(ctx, &p, (kind)k, ms[mi], nks[ni], nks[ki], d);
+    /* ragged cells around the bounds of the small kernels (1D2D M <= 16, 1D1D <= 32 tokens):
+     * N, K not multiples of 128 (nor of 16: masked last chunks) */
+    static const int64_t kRagged[][3] = {{2, 200, 1000}, {13, 1000, 136}, {17, 200, 1000}, {3, 136, 200},
+                                         {32, 1000, 200}, {33, 200, 1000}, {16, 1000, 1000}, {13, 1000, 4104},
+                                         {16, 7160, 136}, {1, 4104, 7160}};
+    for (int k = 0; k < 3; ++k)
+        for (size_t i = 0; i < sizeof kRagged / sizeof kRagged[0]; ++i)
+            if (kRagged[i][1] <= max_nk && kRagged[i][2] <= max_nk) { /* (--small: the pool's size) */
+                check_cell(ctx, &p, (kind)k, kRagged[i][0], kRagged[i][1], kRagged[i][2], d);
+                ++cells;
+            }
     printf("%d cells, three kinds\n", cells);
     bfp8_context_destroy(ctx);
     cudaFree(d);

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# run_grid_check.sh - the GPU pass for the FP8 GEMMs of every size: correctness
+# (test_gemm_gpu, test_gemm_grid against fp64, compute-sanitizer memcheck on
+# the grid's small corner), speed against cuBLASLt on the shape grid, and the
+# TARGETS shapes (bench_gemm). Logs under <out-dir>, a summary printed last.
+#
+#   bench/gemm/run_grid_check.sh <build-dir> <out-dir> [--quick | --correctness | --speed]
+#
+# Run from the repository root, with the programs built in <build-dir>
+# (targets test_gemm_gpu test_gemm_grid bench_gemm_grid bench_gemm).
+# --quick: the grid bench on M {1, 8, 16, 64} x N, K {256, 4096} only;
+# --correctness: steps (a) and (b) only; --speed: (c) and (d) only (each fits
+# one 10-minute call where the whole pass does not).
+# Exit code: 0 when every step passed, else 1 (the summary says which).
+set -u
+
+usage="usage: $0 <build-dir> <out-dir> [--quick | --correctness | --speed]"
+build=${1:?$usage}
+out=${2:?$usage}
+mode=${3:-}
+quick=$([ "$mode" = "--quick" ] && echo --quick)
+run_correctness=$([ "$mode" != "--speed" ] && echo 1)
+run_speed=$([ "$mode" != "--correctness" ] && echo 1)
+mkdir -p "$out"
+summary="$out/summary.txt"
+: > "$summary"
+
+for bin in tests/gemm/test_gemm_gpu tests/gemm/test_gemm_grid bench/gemm/bench_gemm_grid bench/gemm/bench_gemm; do
+    [ -x "$build/$bin" ] || { echo "missing $build/$bin (build the four targets first)"; exit 1; }
+done
+if command -v nvidia-smi > /dev/null; then
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu --format=csv >> "$summary" 2>&1
+fi
+
+failed=0
+# step NAME TIME_LIMIT_S COMMAND...: runs it, logs to $out/NAME.log, records the verdict.
+step() {
+    local name=$1 limit=$2
+    shift 2
+    local start end rc verdict=ok
+    start=$(date +%s)
+    timeout "$limit" "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    end=$(date +%s)
+    if [ "$rc" -eq 77 ]; then verdict="SKIPPED (no GPU)"
+    elif [ "$rc" -eq 124 ]; then verdict="TIMED OUT after ${limit}s"; failed=1
+    elif [ "$rc" -ne 0 ]; then verdict="FAILED (exit $rc)"; failed=1; fi
+    printf '%-20s %-22s %4ds  log: %s\n' "$name" "$verdict" $((end - start)) "$out/$name.log" >> "$summary"
+}
+
+unset BFP8_GEMM_CONFIG BFP8_GEMM_TRACE
+if [ -n "$run_correctness" ]; then
+# (a) correctness
+step test_gemm_gpu 200 "$build/tests/gemm/test_gemm_gpu"
+step test_gemm_grid 250 "$build/tests/gemm/test_gemm_grid"
+# (b) memcheck: the grid's corner (M <= 128, N, K <= 1024, and the ragged cells that fit)
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2> /dev/null | head -1)
+if [ -n "$sanitizer" ]; then
+    step memcheck_grid_small 140 "$sanitizer" --tool memcheck --error-exitcode 9 \
+        "$build/tests/gemm/test_gemm_grid" --small
+else
+    echo "memcheck_grid_small  SKIPPED (no compute-sanitizer found)" >> "$summary"
+fi
+fi
+if [ -n "$run_speed" ]; then
+# (c) speed on the grid (the partial grid of bench/results' grid file, with M = 16 and 32 added: the bounds
+# of the small kernels), then 1D1D over 64 tokens with the small kernel forced (whether its bound should move)
+if [ "$quick" = "--quick" ]; then
+    grid_args=(--m 1,8,16,64 --nk 256,4096)
+else
+    grid_args=(--m 1,8,16,32,64,512,4096 --nk 256,1024,4096,7168)
+fi
+step bench_grid 330 "$build/bench/gemm/bench_gemm_grid" "${grid_args[@]}" --graph-us 400 --reps 5 \
+    --json "$out/grid.json"
+step bench_grid_1d1d_small_forced 60 env BFP8_GEMM_CONFIG=small=1 "$build/bench/gemm/bench_gemm_grid" \
+    --kinds 1d1d --m 64 --nk 256,1024,4096,7168 --graph-us 400 --reps 5
+# (d) the TARGETS shapes: no regression
+step bench_gemm_targets 200 "$build/bench/gemm/bench_gemm" --json "$out/targets.json"
+fi
+
+echo "---- summary ----"
+cat "$summary"
+for log in bench_grid bench_grid_1d1d_small_forced; do
+    [ -f "$out/$log.log" ] && { echo "---- $log (tables) ----"; grep -E "^(==|  M|      [0-9K]|  *[0-9]+ \||1d|cuBLASLt refused|output)" "$out/$log.log"; }
+done
+[ -f "$out/test_gemm_grid.log" ] && tail -3 "$out/test_gemm_grid.log"
+[ -f "$out/test_gemm_gpu.log" ] && tail -3 "$out/test_gemm_gpu.log"
+exit $failed
