@@ -624,6 +624,17 @@ bfp8_status bfp8_moe_aux_loss(const bfp8_moe *moe, float *loss);
  */
 bfp8_status bfp8_moe_update_bias(bfp8_moe *moe, int64_t *load, float *bias);
 
+/* BALANCE_BIAS: replace the bias (E f32, host memory) that the next forwards
+ * select with: a checkpoint's, or one a trainer moves itself (from the load
+ * of several replicas, say). */
+bfp8_status bfp8_moe_set_bias(bfp8_moe *moe, const float *bias);
+
+/* The routing of the last forward: routed[e] (E int64 host memory, or NULL)
+ * the tokens the router sent expert e, dropped ones included; *dropped (or
+ * NULL) the (token, expert) pairs the capacity dropped. BFP8_ERR_INVALID_VALUE
+ * before a forward. */
+bfp8_status bfp8_moe_last_routing(const bfp8_moe *moe, int64_t *routed, int64_t *dropped);
+
 #ifdef __cplusplus
 }
 #endif

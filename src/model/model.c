@@ -13,6 +13,7 @@
 
 #include "internal.h"
 #include "model/attention.h"
+#include "model/model_moe.h"
 #include "model/model_profile.h"
 #include "model/rng.h"
 #include "model/rope.h"
@@ -64,7 +65,7 @@ static void plan_activations(model *m, arena_plan *a) {
         float *mid = take_floats(a, M * D), *ar = take_floats(a, M), *mr = take_floats(a, M);
         const int64_t probs = m->options.flash_attention ? B * c->n_heads * T + M * D : B * c->n_heads * T * T;
         float *qkv = take_floats(a, M * 3 * D), *pr = take_floats(a, probs);
-        float *gu = take_floats(a, M * 2 * F);
+        float *gu = take_floats(a, model_config_moe_layer(c, (int)l) ? 0 : M * 2 * F);
         if (a->base) {
             act->residual_mid[l] = mid;
             act->attn_rstd[l] = ar;
@@ -101,7 +102,7 @@ static void plan_activations(model *m, arena_plan *a) {
         model_block *blk = &m->blocks[l];
         model_linear *lins[LINEARS_PER_BLOCK] = {&blk->qkv, &blk->out, &blk->gate_up, &blk->down};
         const int64_t in_features[LINEARS_PER_BLOCK] = {D, D, D, F};
-        for (int i = 0; i < LINEARS_PER_BLOCK; ++i) {
+        for (int i = 0; i < (model_config_moe_layer(c, (int)l) ? 2 : LINEARS_PER_BLOCK); ++i) {
             void *saved = arena_take(a, model_linear_saved_bytes(in_features[i], M, m->options.recipe, exact));
             if (a->base) lins[i]->saved_input = saved;
         }
@@ -143,6 +144,15 @@ static void layout_params(model *m) {
         add_tensor(m, &offset, name, D, D, 1);
         snprintf(name, sizeof name, "layers.%d.mlp_norm", l);
         add_tensor(m, &offset, name, 1, D, 0);
+        if (model_config_moe_layer(c, l)) {
+            model_moe_tensor moe[MODEL_MOE_MAX_TENSORS];
+            for (int i = 0, n = model_moe_tensors(c, l, moe); i < n; ++i) {
+                memcpy(name, moe[i].name, sizeof name);
+                add_tensor(m, &offset, name, moe[i].rows, moe[i].cols, moe[i].weight_decay);
+                if (m->tensors) m->tensors[m->num_tensors - 1].frozen = moe[i].frozen;
+            }
+            continue;
+        }
         snprintf(name, sizeof name, "layers.%d.mlp.gate_up", l);
         add_tensor(m, &offset, name, 2 * F, D, 1);
         snprintf(name, sizeof name, "layers.%d.mlp.down", l);
@@ -288,9 +298,17 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
         const int64_t out_f[LINEARS_PER_BLOCK] = {3 * D, D, 2 * F, D};
         float **norms[2] = {&blk->attn_norm, &blk->mlp_norm};
         float **dnorms[2] = {&blk->d_attn_norm, &blk->d_mlp_norm};
-        /* tensor order per layer: attn_norm, qkv, out, mlp_norm, gate_up, down */
-        const int order[6] = {-1, 0, 1, -2, 2, 3};
+        /* tensor order per layer: attn_norm, qkv, out, mlp_norm, gate_up, down (or the MoE's) */
+        const int order[6] = {-1, 0, 1, -2, 2, 3}, moe = model_config_moe_layer(config, l);
         for (int k = 0; k < 6; ++k, ++t) {
+            if (moe && k == 4) {
+                st = model_moe_init(m, l, &t);
+                if (st != BFP8_OK) {
+                    model_destroy(m);
+                    return st;
+                }
+                break;
+            }
             float *w = m->params + m->tensors[t].offset, *g = m->grads + m->tensors[t].offset;
             if (order[k] < 0) {
                 *norms[-order[k] - 1] = w;
@@ -325,6 +343,7 @@ void model_destroy(model *m) {
             model_linear_release(&m->blocks[l].out);
             model_linear_release(&m->blocks[l].gate_up);
             model_linear_release(&m->blocks[l].down);
+            model_moe_release(&m->blocks[l]);
         }
     model_profile_destroy(&m->oc);
     model_ops_ctx_release(&m->oc);
@@ -348,6 +367,10 @@ bfp8_status model_sync_weights(model *m) {
         model_block *blk = &m->blocks[l];
         BFP8_TRY(model_linear_set_weight(&blk->qkv));
         BFP8_TRY(model_linear_set_weight(&blk->out));
+        if (blk->moe) {
+            BFP8_TRY(model_moe_sync(blk->moe));
+            continue;
+        }
         BFP8_TRY(model_linear_set_weight(&blk->gate_up));
         BFP8_TRY(model_linear_set_weight(&blk->down));
     }
@@ -378,12 +401,13 @@ bfp8_status model_init_weights(model *m, uint64_t seed) {
         const model_tensor *t = &m->tensors[i];
         float *w = params + t->offset;
         const size_t len = strlen(t->name);
-        if (!t->weight_decay) { /* a norm */
-            for (size_t k = 0; k < t->count; ++k) w[k] = 1.0f;
+        if (!t->weight_decay) { /* a norm, or an MoE selection bias (0) */
+            for (size_t k = 0; k < t->count; ++k) w[k] = t->frozen ? 0.0f : 1.0f;
             continue;
         }
         const int residual = (len >= 8 && strcmp(t->name + len - 8, "attn.out") == 0) ||
-                             (len >= 8 && strcmp(t->name + len - 8, "mlp.down") == 0);
+                             (len >= 8 && strcmp(t->name + len - 8, "mlp.down") == 0) ||
+                             (len >= 3 && strcmp(t->name + len - 3, "_w2") == 0); /* an expert's down */
         fill_normal(w, t->count, residual ? residual_std : std, rng);
         rng_skip(&rng, 2 * (uint64_t)t->count);
     }
@@ -420,10 +444,12 @@ bfp8_status model_adamw_step(model *m, const adamw_hparams *h, float grad_scale,
     PROFILE(&m->oc, OPTIMIZER);
     for (int i = 0; i < m->num_tensors; ++i) {
         const model_tensor *t = &m->tensors[i];
+        if (t->frozen) continue;
         m->ops->adamw_update(&m->oc, m->params + t->offset, m->grads + t->offset, m->adam_m + t->offset,
                              m->adam_v + t->offset, t->count, h, grad_scale, step, t->weight_decay);
     }
     BFP8_TRY(model_ops_status(&m->oc));
+    BFP8_TRY(model_moe_balance_step(m));
     const bfp8_status st = model_sync_weights(m); /* the linear layers mark their own time */
     PROFILE(&m->oc, NONE); /* (after a failure too) */
     model_profile_count_step(&m->oc);
@@ -478,6 +504,10 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
         BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], a->residual[l]));
         PROFILE(oc, ELEMENTWISE);
         ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
+        if (blk->moe) {
+            BFP8_TRY(model_moe_forward(m, blk->moe, a->work_in, M, a->residual[l + 1], a->residual_mid[l]));
+            continue;
+        }
         BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
         PROFILE(oc, ELEMENTWISE);
         ops->swiglu_forward(oc, a->work_in, a->gate_up[l], M, F);
@@ -522,10 +552,14 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     for (int l = c->n_layers - 1; l >= 0; --l) {
         model_block *blk = &m->blocks[l];
         /* dres: the gradient of the block's output */
-        BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
-        PROFILE(oc, ELEMENTWISE);
-        ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
-        BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
+        if (blk->moe) {
+            BFP8_TRY(model_moe_backward(m, blk->moe, dres, a->grad_a, accumulate));
+        } else {
+            BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
+            PROFILE(oc, ELEMENTWISE);
+            ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
+            BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
+        }
         PROFILE(oc, ELEMENTWISE);
         ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l],
                               M, D);
@@ -556,37 +590,4 @@ bfp8_status model_logits_row(const model *m, int64_t row, float *host_dst) {
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_logits_row: row %lld of %lld", (long long)row,
                          (long long)(m->last_batch * m->last_seq));
     return bfp8_copy_to_host(m->ctx, host_dst, m->act.logits + row * V, (size_t)V * sizeof *host_dst);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Non-finite values in quantized tensors */
-
-bfp8_status model_check_nonfinite(model *m) {
-    const size_t n = (size_t)m->config.n_layers * LINEARS_PER_BLOCK * BFP8_LINEAR_NUM_FLAGS;
-    uint32_t host[4 * 64 * BFP8_LINEAR_NUM_FLAGS];
-    static const char *const tensor_names[BFP8_LINEAR_NUM_FLAGS] = {
-        "x (its input activations)", "W (its weight)", "dy (its output gradient)"};
-    for (size_t first = 0; first < n; first += sizeof host / sizeof host[0]) {
-        const size_t count = n - first < sizeof host / sizeof host[0] ? n - first
-                                                                       : sizeof host / sizeof host[0];
-        BFP8_TRY(bfp8_copy_to_host(m->ctx, host, m->nonfinite_flags + first, count * sizeof *host));
-        for (size_t i = 0; i < count; ++i) {
-            if (!host[i]) continue;
-            const size_t flag = first + i;
-            const size_t lin = flag / BFP8_LINEAR_NUM_FLAGS;
-            const model_block *blk = &m->blocks[lin / LINEARS_PER_BLOCK];
-            const model_linear *lins[LINEARS_PER_BLOCK] = {&blk->qkv, &blk->out, &blk->gate_up,
-                                                           &blk->down};
-            const model_linear *l = lins[lin % LINEARS_PER_BLOCK];
-            return bfp8_fail(BFP8_ERR_NONFINITE,
-                             "non-finite value (NaN/Inf) in layer %d %s: quantized tensor %s",
-                             l->layer, l->name, tensor_names[flag % BFP8_LINEAR_NUM_FLAGS]);
-        }
-    }
-    return BFP8_OK;
-}
-
-void model_clear_nonfinite(model *m) {
-    const size_t n = (size_t)m->config.n_layers * LINEARS_PER_BLOCK * BFP8_LINEAR_NUM_FLAGS;
-    bfp8_memset_zero(m->ctx, m->nonfinite_flags, n * sizeof(uint32_t));
 }

@@ -7,6 +7,8 @@
  *
  * The four linear layers of each block run through bfp8_linear with the
  * chosen recipe; embedding, norms, attention, head and loss stay fp32.
+ * From block config.moe.dense_layers on, an MoE model's blocks replace the
+ * MLP by a mixture of experts (model_moe.h).
  * Parameters, gradients and AdamW moments live in one arena allocated at
  * creation, activations in a second one sized for max_batch x max_seq:
  * forward and backward allocate nothing. Both arenas are the context's
@@ -42,12 +44,14 @@ typedef struct model_tensor {
     size_t offset, count;
     int64_t rows, cols;
     int weight_decay;
+    int frozen; /* no optimizer step: an MoE block's selection bias, which balancing moves */
 } model_tensor;
 
 typedef struct model_block {
     float *attn_norm, *mlp_norm;   /* dim */
     float *d_attn_norm, *d_mlp_norm;
-    model_linear qkv, out, gate_up, down;
+    model_linear qkv, out, gate_up, down; /* gate_up, down: the dense MLP */
+    struct model_moe_block *moe;          /* the MoE feed-forward instead (model_moe.h), or NULL */
 } model_block;
 
 typedef struct model_activations {
@@ -135,8 +139,9 @@ bfp8_status model_load_state(model *m, const float *params, const float *adam_m,
 /* Set one parameter (index into the arena): test hooks. */
 bfp8_status model_set_param(model *m, size_t index, float value);
 
-/* One AdamW step over every parameter tensor (decay per tensor), gradients
- * scaled by grad_scale first; then the linear layers take the new weights. */
+/* One AdamW step over every parameter tensor but the frozen ones (decay per
+ * tensor), gradients scaled by grad_scale first; the MoE blocks' balancing
+ * step (model_moe_balance_step); then the layers take the new weights. */
 bfp8_status model_adamw_step(model *m, const adamw_hparams *h, float grad_scale, int64_t step);
 /* The global L2 norm of the gradients. */
 bfp8_status model_gradient_norm(model *m, double *norm);

@@ -51,6 +51,7 @@ struct bfp8_moe {
     int64_t *load;      /* host: tokens per expert since the last bfp8_moe_update_bias */
     float *bias_host, *score_sum_host, *score_grad_host;
     float aux_loss;
+    int64_t dropped; /* (token, expert) pairs the capacity dropped in the last forward */
 };
 
 static int is_fp8(const bfp8_moe *m) { return m->cfg.recipe != BFP8_RECIPE_BF16; }
@@ -458,7 +459,11 @@ static bfp8_status route_tokens(bfp8_moe *m, int64_t T) {
     memcpy(m->routed.offsets, m->plan_host, (size_t)(E + 1) * 8);
     m->routed.rows = m->plan_host[E];
     const int64_t *routed = m->plan_host + E + 1;
-    for (int e = 0; e < E; ++e) m->load[e] += routed[e];
+    m->dropped = 0;
+    for (int e = 0; e < E; ++e) {
+        m->load[e] += routed[e];
+        if (capacity > 0 && routed[e] > capacity) m->dropped += routed[e] - capacity;
+    }
     m->aux_loss = 0.0f;
     if (!aux) return BFP8_OK;
     /* aux = coef E sum_e f_e P_e;  d aux / d score[t, e] = coef E f_e / T */
@@ -561,5 +566,24 @@ bfp8_status bfp8_moe_update_bias(bfp8_moe *m, int64_t *load, float *bias) {
     if (load) memcpy(load, m->load, (size_t)E * 8);
     if (bias) memcpy(bias, m->bias_host, (size_t)E * 4);
     memset(m->load, 0, (size_t)E * 8);
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_moe_set_bias(bfp8_moe *m, const float *bias) {
+    if (!m || !bias) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_moe_set_bias: moe or bias is NULL");
+    const int E = m->cfg.num_experts;
+    for (int e = 0; e < E; ++e)
+        if (!isfinite(bias[e]))
+            return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_moe_set_bias: bias[%d] is not finite", e);
+    memcpy(m->bias_host, bias, (size_t)E * 4);
+    return bfp8_copy_to_backend(m->ctx, m->bias, m->bias_host, (size_t)E * 4);
+}
+
+bfp8_status bfp8_moe_last_routing(const bfp8_moe *m, int64_t *routed, int64_t *dropped) {
+    if (!m) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_moe_last_routing: moe is NULL");
+    if (m->tokens == 0)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_moe_last_routing: no forward (call bfp8_moe_forward first)");
+    if (routed) memcpy(routed, m->plan_host + m->cfg.num_experts + 1, (size_t)m->cfg.num_experts * 8);
+    if (dropped) *dropped = m->dropped;
     return BFP8_OK;
 }

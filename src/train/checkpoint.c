@@ -14,8 +14,9 @@
 
 static const char checkpoint_magic[8] = {'B', 'F', 'P', '8', 'C', 'K', 'P', 'T'};
 /* Version 2 adds the number of data-parallel ranks (u32 at 132, the CRC moves
- * to 136); version 1 files still load, as runs of one rank. */
-enum { CHECKPOINT_VERSION = 2, HEADER_BYTES = 140, HEADER_BYTES_V1 = 136 };
+ * to 136); version 3 the MoE shape (10 x u32/f32 at 136, the CRC at 176).
+ * Versions 1 and 2 still load: dense models, version 1 as runs of one rank. */
+enum { CHECKPOINT_VERSION = 3, HEADER_BYTES = 180, HEADER_BYTES_V2 = 140, HEADER_BYTES_V1 = 136 };
 
 
 static void encode_header(uint8_t *h, const checkpoint_info *info) {
@@ -45,7 +46,14 @@ static void encode_header(uint8_t *h, const checkpoint_info *info) {
     put_u32(h + 112, info->grad_accum);
     memcpy(h + 116, info->model_name, 15);
     put_u32(h + 132, info->ranks);
-    put_u32(h + 136, crc32_update(0, h, 136));
+    const model_moe_config *e = &c->moe;
+    const uint32_t moe[10] = {(uint32_t)e->num_experts,       (uint32_t)e->dense_layers,
+                              (uint32_t)e->top_k,             (uint32_t)e->expert_hidden,
+                              (uint32_t)e->shared_hidden,     (uint32_t)e->score_fn,
+                              (uint32_t)e->normalize_weights, bfp8_bits_of(e->route_scale),
+                              bfp8_bits_of(e->capacity_factor), bfp8_bits_of(e->bias_update_rate)};
+    for (int i = 0; i < 10; ++i) put_u32(h + 136 + 4 * i, moe[i]);
+    put_u32(h + 176, crc32_update(0, h, 176));
 }
 
 static void decode_header(const uint8_t *h, uint32_t version, checkpoint_info *info) {
@@ -73,6 +81,19 @@ static void decode_header(const uint8_t *h, uint32_t version, checkpoint_info *i
     memcpy(info->model_name, h + 116, 15);
     info->model_name[15] = 0;
     info->ranks = version >= 2 ? get_u32(h + 132) : 1;
+    if (version < 3) return; /* a dense model */
+    model_moe_config *e = &c->moe;
+    const uint8_t *p = h + 136;
+    e->num_experts = (int32_t)get_u32(p);
+    e->dense_layers = (int32_t)get_u32(p + 4);
+    e->top_k = (int32_t)get_u32(p + 8);
+    e->expert_hidden = (int32_t)get_u32(p + 12);
+    e->shared_hidden = (int32_t)get_u32(p + 16);
+    e->score_fn = (int32_t)get_u32(p + 20);
+    e->normalize_weights = (int32_t)get_u32(p + 24);
+    e->route_scale = bfp8_float_of(get_u32(p + 28));
+    e->capacity_factor = bfp8_float_of(get_u32(p + 32));
+    e->bias_update_rate = bfp8_float_of(get_u32(p + 36));
 }
 
 bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const model *m) {
@@ -119,8 +140,9 @@ static bfp8_status read_header(FILE *fp, const char *path, checkpoint_info *info
     if (got < 16 || memcmp(h, checkpoint_magic, 8) != 0)
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': not a blockfp8 checkpoint", path);
     const uint32_t version = get_u32(h + 8), header_bytes = get_u32(h + 12);
-    if (!(version == 2 && header_bytes == HEADER_BYTES) && !(version == 1 && header_bytes == HEADER_BYTES_V1))
-        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': version %u, this build reads versions 1 and %d",
+    if (!(version == 3 && header_bytes == HEADER_BYTES) && !(version == 2 && header_bytes == HEADER_BYTES_V2) &&
+        !(version == 1 && header_bytes == HEADER_BYTES_V1))
+        return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': version %u, this build reads versions 1 to %d",
                          path, version, CHECKPOINT_VERSION);
     if (fread(h + 16, 1, header_bytes - 16, fp) != header_bytes - 16)
         return bfp8_fail(BFP8_ERR_IO, "checkpoint '%s': truncated header", path);
@@ -155,11 +177,12 @@ bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m) {
                           info->num_params != m->num_params))
         st = bfp8_fail(BFP8_ERR_INVALID_VALUE,
                        "checkpoint '%s' holds a different model (dim %d, %d layers, %d heads, ffn "
-                       "%d, vocab %d) than requested (dim %d, %d layers, %d heads, ffn %d, vocab %d)",
+                       "%d, vocab %d, %d experts) than requested (dim %d, %d layers, %d heads, ffn %d, "
+                       "vocab %d, %d experts)",
                        path, info->config.dim, info->config.n_layers, info->config.n_heads,
-                       info->config.ffn_hidden, info->config.vocab_size, m->config.dim,
-                       m->config.n_layers, m->config.n_heads, m->config.ffn_hidden,
-                       m->config.vocab_size);
+                       info->config.ffn_hidden, info->config.vocab_size, info->config.moe.num_experts,
+                       m->config.dim, m->config.n_layers, m->config.n_heads, m->config.ffn_hidden,
+                       m->config.vocab_size, m->config.moe.num_experts);
     /* Read into a staging buffer: the model is only overwritten by a verified payload. */
     const size_t bytes = 3 * m->num_params * sizeof(float);
     float *staging = st == BFP8_OK ? malloc(bytes) : NULL;

@@ -3,14 +3,19 @@
  * bit for bit (model shape, fp32 weights, AdamW moments, step, the data
  * sampler's state), written atomically.
  *
- * File (little-endian): a 140-byte header
+ * File (little-endian): a 180-byte header
  *   "BFP8CKPT", u32 version, u32 header bytes, model config (6 x u32,
  *   2 x f32), u32 recipe, u32 tokenizer fingerprint, u64 step, u64 seed,
  *   u64 sampler state, u64 windows drawn, u64 parameter count, u64 total
  *   steps, u32 batch, u32 seq, u32 grad accum, char model name[16],
- *   u32 data-parallel ranks, u32 CRC-32 of the header (version 2; version
- *   1 had no ranks and a 136-byte header, and still loads as one rank)
+ *   u32 data-parallel ranks, the MoE config (7 x u32: experts, dense layers,
+ *   top-k, expert width, shared width, score function, normalize; 3 x f32:
+ *   route scale, capacity factor, bias update rate; all 0 for a dense model),
+ *   u32 CRC-32 of the header (version 3; version 2 had no MoE config and a
+ *   140-byte header, version 1 no ranks either and 136 bytes: both still load,
+ *   as dense models, version 1 as one rank)
  * then params, AdamW m, AdamW v (3 x count fp32) and a u32 CRC-32 of them.
+ * The params include the MoE blocks' selection biases (model_moe.h).
  */
 #ifndef BFP8_TRAIN_CHECKPOINT_H
 #define BFP8_TRAIN_CHECKPOINT_H

@@ -17,7 +17,8 @@ int cmd_train(int argc, char **argv) {
     train_options o;
     train_options_init(&o);
     cli_option options[] = {
-        {"model", CLI_STRING, &o.model_name, "NAME", .help = "model preset: tiny (default), small, medium, large, 1b"},
+        {"model", CLI_STRING, &o.model_name, "NAME",
+         .help = "model preset: tiny (default), small, medium, large, 1b, moe-tiny, moe-1b"},
         {"recipe", CLI_STRING, &o.recipe_name, "NAME",
          .help = "bf16, fp8-blockwise (default), fp8-blockwise-bf16wgrad"},
         {"device", CLI_STRING, &o.device, "NAME",

@@ -2,6 +2,9 @@
  * metrics.h - a run's metrics as JSON lines, one object per line:
  *   {"type":"run","model":"tiny","recipe":"fp8-blockwise",...}   once per start or resume
  *   {"type":"train","step":12,"loss":5.91,"lr":0.0012,"grad_norm":0.8,"tokens":24576,"tokens_per_s":3100,"step_s":0.66}
+ *     (an MoE model's also end with "moe_load":[1.08,1.21,...],"moe_dropped":0: per MoE block the
+ *     busiest expert's tokens over the mean in the step's training forwards, and the (token, expert)
+ *     pairs the capacity dropped)
  *   {"type":"val","step":50,"val_loss":5.42}
  * and the reader that `blockfp8 plot` uses.
  */

@@ -27,13 +27,14 @@ static void format_duration(char *buf, size_t size, double s) {
 }
 
 void progress_step(progress_state *p, int64_t step, int64_t total_steps, double loss, double lr,
-                   double tokens_per_s, double eta_s) {
+                   double tokens_per_s, double moe_load, double eta_s) {
     const int last = step == total_steps;
     if (!p->tty && !last && step % p->log_every != 0 && step != 1) return;
-    char eta[32];
+    char eta[32], load[32] = "";
     format_duration(eta, sizeof eta, eta_s);
-    printf("%sstep %5lld/%lld | loss %7.4f | lr %.2e | %7.0f tok/s | ETA %s%s", p->tty ? "\r" : "",
-           (long long)step, (long long)total_steps, loss, lr, tokens_per_s, eta,
+    if (moe_load > 0.0) snprintf(load, sizeof load, " | load %.2f", moe_load);
+    printf("%sstep %5lld/%lld | loss %7.4f | lr %.2e | %7.0f tok/s%s | ETA %s%s", p->tty ? "\r" : "",
+           (long long)step, (long long)total_steps, loss, lr, tokens_per_s, load, eta,
            p->tty ? "\033[K" : "\n");
     p->line_open = p->tty;
     fflush(stdout);

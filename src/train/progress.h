@@ -14,8 +14,10 @@ typedef struct progress_state {
 } progress_state;
 
 void progress_init(progress_state *p, int64_t log_every);
+/* moe_load: an MoE model's worst expert load max/mean of the step (printed
+ * as "load"), 0 for a dense one. */
 void progress_step(progress_state *p, int64_t step, int64_t total_steps, double loss, double lr,
-                   double tokens_per_s, double eta_s);
+                   double tokens_per_s, double moe_load, double eta_s);
 /* End an open \r line before other output. */
 void progress_break(progress_state *p);
 

@@ -26,6 +26,8 @@ static const train_defaults preset_defaults[] = {
     {"medium", 16, 5000, 200, 250, 6e-4f},
     {"large", 8, 10000, 500, 500, 3e-4f},
     {"1b", 8, 10000, 500, 500, 3e-4f},
+    {"moe-tiny", 16, 300, 30, 50, 2e-3f},
+    {"moe-1b", 4, 10000, 500, 500, 3e-4f},
 };
 
 void train_options_init(train_options *o) {
@@ -81,7 +83,8 @@ static int resolve_names(train_options *o, train_plan *plan) {
     if (bfp8_recipe_from_name(o->recipe_name, &plan->recipe) != BFP8_OK)
         return usage_error("unknown --recipe '%s' (bf16, fp8-blockwise, fp8-blockwise-bf16wgrad)", o->recipe_name);
     plan->preset = model_preset_find(o->model_name);
-    if (!plan->preset) return usage_error("unknown --model '%s' (tiny, small, medium, large, 1b)", o->model_name);
+    if (!plan->preset)
+        return usage_error("unknown --model '%s' (tiny, small, medium, large, 1b, moe-tiny, moe-1b)", o->model_name);
     return 0;
 }
 

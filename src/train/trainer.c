@@ -20,6 +20,7 @@
 #include "internal.h"
 #include "model/adamw.h"
 #include "model/model.h"
+#include "model/model_moe.h"
 #include "train/checkpoint.h"
 #include "train/data_parallel.h"
 #include "train/dataset.h"
@@ -220,6 +221,30 @@ static void release(run_state *r) {
 
 static int train_loop(run_state *r, int64_t start_step);
 
+/* The MoE blocks' expert loads of this step, added over the ranks: every rank then moves the same bias. */
+static void sum_moe_counts(run_state *r) {
+    for (int l = 0; l < r->m->config.n_layers; ++l) {
+        model_moe_block *b = r->m->blocks[l].moe;
+        for (int i = 0; b && i <= b->num_experts; i += DP_MAX_SCALARS) {
+            const int n = b->num_experts + 1 - i;
+            dp_sum_scalars(&r->dp, b->counts + i, n < DP_MAX_SCALARS ? n : DP_MAX_SCALARS);
+        }
+    }
+}
+
+/* ,"moe_load":[max/mean per MoE block],"moe_dropped":N  (empty for a dense model) */
+static void moe_metrics(const model *m, char *buf, size_t size) {
+    double worst, dropped;
+    buf[0] = 0;
+    if (model_moe_load_summary(m, &worst, &dropped) == 0) return;
+    size_t used = (size_t)snprintf(buf, size, ",\"moe_load\":[");
+    for (int l = 0; l < m->config.n_layers && used < size; ++l)
+        if (m->blocks[l].moe)
+            used += (size_t)snprintf(buf + used, size - used, "%s%.4f", buf[used - 1] == '[' ? "" : ",",
+                                     m->blocks[l].moe->load_max_over_mean);
+    if (used < size) snprintf(buf + used, size - used, "],\"moe_dropped\":%.0f", dropped);
+}
+
 int train_run(train_options *o) {
     run_state r;
     memset(&r, 0, sizeof r);
@@ -378,6 +403,12 @@ int train_run(train_options *o) {
     printf("model: %s, %.2fM params (dim %d, %d layers, %d heads, ffn %d, vocab %d), recipe %s, %s\n",
            r.preset->name, (double)r.m->num_params / 1e6, config.dim, config.n_layers,
            config.n_heads, config.ffn_hidden, config.vocab_size, bfp8_recipe_name(r.recipe), where);
+    const model_moe_config *moe = &config.moe;
+    if (moe->num_experts > 0)
+        printf("moe: blocks %d-%d, %d experts of %d (top-%d), shared expert %d, %.2fM active params, balancing "
+               "bias rate %g\n", moe->dense_layers, config.n_layers - 1, moe->num_experts, moe->expert_hidden,
+               moe->top_k, moe->shared_hidden, (double)model_config_active_params(&config) / 1e6,
+               (double)moe->bias_update_rate);
     printf("data: %s, %.2f MB -> %zu tokens (%.2f bytes/token); %zu training blocks, %zu "
            "validation windows\n",
            o->data_path, (double)r.data.text_bytes / 1e6, r.data.num_tokens,
@@ -472,6 +503,7 @@ static int train_loop(run_state *r, int64_t start_step) {
             model_profile_mark(&m->oc, MODEL_PROFILE_NONE);
             loss_sum = sums[0] / (double)r->world;
             if (sums[1] > 0.0 && !stop_signal) stop_signal = SIGTERM; /* another rank's */
+            sum_moe_counts(r);
         }
         double grad_norm;
         if (model_gradient_norm(m, &grad_norm) != BFP8_OK)
@@ -492,12 +524,16 @@ static int train_loop(run_state *r, int64_t start_step) {
         ++steps_timed;
         const double tok_s = (double)(tokens_per_step * steps_timed) / train_seconds;
         const double eta = train_seconds / (double)steps_timed * (double)(last_step - step);
-        progress_step(&r->progress, step, last_step, last_loss, h.lr, tok_s, eta);
+        double moe_load, moe_dropped;
+        char moe_fields[2048];
+        (void)model_moe_load_summary(m, &moe_load, &moe_dropped);
+        moe_metrics(m, moe_fields, sizeof moe_fields);
+        progress_step(&r->progress, step, last_step, last_loss, h.lr, tok_s, moe_load, eta);
         if (metrics_write(&r->metrics, "train",
                           "\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,"
-                          "\"tokens_per_s\":%.1f,\"step_s\":%.4f",
+                          "\"tokens_per_s\":%.1f,\"step_s\":%.4f%s",
                           (long long)step, last_loss, h.lr, grad_norm, (long long)(step * tokens_per_step), tok_s,
-                          dt) != BFP8_OK)
+                          dt, moe_fields) != BFP8_OK)
             return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
         const int eval_now = (o->eval_every > 0 && step % o->eval_every == 0) || step == last_step;
         if (eval_now) {

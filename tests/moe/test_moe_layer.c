@@ -11,7 +11,9 @@
  *   3. The layer's own gradients by central differences (bf16 recipe,
  *      directions in the experts' weights, which leave the routing alone).
  *   4. Two runs give the same bits; accumulate adds; the bias update and the
- *      per-expert load; a forward with the moved bias against the reference.
+ *      per-expert load; a forward with the moved bias against the reference;
+ *      the last forward's routing (bfp8_moe_last_routing) and a bias set
+ *      from outside (bfp8_moe_set_bias).
  *
  *   build/tests/moe/test_moe_layer
  */
@@ -243,6 +245,29 @@ static void check_layer(const char *name, bfp8_moe_config c, int64_t T, int adve
         CHECK(db >= min_db, "%s: y with the moved bias %.1f dB against fp64", what, db);
         free(bias_ref);
     }
+    /* the last forward's routing: the slots add up, the dropped ones are those past the capacity; a bias set
+     * from outside (bfp8_moe_set_bias) that sends every token to the last expert */
+    int64_t routed[1024], dropped = -1, routed_sum = 0, dropped_want = 0;
+    CHECK_OK(bfp8_moe_forward(m, lp.a[0], T, yf));
+    CHECK_OK(bfp8_moe_last_routing(m, routed, &dropped));
+    const int64_t capacity =
+        c.capacity_factor > 0.0f ? (int64_t)ceil((double)c.capacity_factor * (double)T * c.top_k / c.num_experts) : 0;
+    for (int e = 0; e < c.num_experts; ++e) {
+        routed_sum += routed[e];
+        if (capacity > 0 && routed[e] > capacity) dropped_want += routed[e] - capacity;
+    }
+    CHECK(routed_sum == T * c.top_k && dropped == dropped_want, "%s: last routing: %lld slots (expected %lld), "
+          "%lld dropped (expected %lld)", what, (long long)routed_sum, (long long)(T * c.top_k), (long long)dropped,
+          (long long)dropped_want);
+    if (c.capacity_factor > 0.0f) CHECK(dropped > 0, "%s: the capacity dropped nothing", what);
+    if (c.balance == BFP8_MOE_BALANCE_BIAS) {
+        for (int e = 0; e < c.num_experts; ++e) bias[e] = e == c.num_experts - 1 ? 10.0f : 0.0f;
+        CHECK_OK(bfp8_moe_set_bias(m, bias));
+        CHECK_OK(bfp8_moe_forward(m, lp.a[0], T, yf));
+        CHECK_OK(bfp8_moe_last_routing(m, routed, NULL));
+        CHECK(routed[c.num_experts - 1] == T, "%s: with the set bias the last expert has %lld of %lld tokens", what,
+              (long long)routed[c.num_experts - 1], (long long)T);
+    }
     CHECK_OK(bfp8_moe_update_bias(m, NULL, NULL));
     CHECK_OK(bfp8_moe_update_bias(m, load, NULL));
     int64_t left = 0;
@@ -267,6 +292,11 @@ static void test_bad_arguments(void) {
     float x[256 * 65] = {0}, y[256 * 65];
     CHECK_STATUS(bfp8_moe_forward(m, x, 10, y), BFP8_ERR_INVALID_VALUE); /* no weights yet */
     CHECK_STATUS(bfp8_moe_backward(m, y, x, NULL, 0), BFP8_ERR_INVALID_VALUE); /* no forward */
+    CHECK_STATUS(bfp8_moe_last_routing(m, NULL, NULL), BFP8_ERR_INVALID_VALUE);  /* no forward */
+    float bias[8] = {0};
+    CHECK_STATUS(bfp8_moe_set_bias(m, NULL), BFP8_ERR_NULL_POINTER);
+    bias[3] = NAN;
+    CHECK_STATUS(bfp8_moe_set_bias(m, bias), BFP8_ERR_INVALID_VALUE);
     bfp8_moe_destroy(m);
 }
 

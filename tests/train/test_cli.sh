@@ -33,11 +33,16 @@
 #            bit-identical to an uninterrupted one; a rank that dies stops
 #            the others (no hang), a NaN stops every rank, bad values refused;
 #            --profile on 2 ranks: the same losses, the all-reduce timed
+#   moe      the moe-tiny preset (MoE blocks) on the CPU: 30 steps lower the loss, the expert load is
+#            logged and printed; stop + resume bit-identical (fp8-blockwise; bf16 with accumulation);
+#            a resume as another preset is refused; 2 data-parallel ranks track one rank
+#   moe_cuda moe-tiny on the GPU (exit 77 without one): its losses within 2% of the CPU's in each
+#            recipe; stop + resume bit-identical on the GPU
 #   dp_cuda  --data-parallel --device cuda over NCCL (exit 77 without a GPU):
 #            one rank bit-identical to the plain GPU run; with 2 GPUs, the
 #            checks of `dp` on the GPUs
 #
-#   bash tests/train/test_cli.sh build/tools/blockfp8 [usage|resume|bad|rundir|tools|cuda|dp|dp_cuda]
+#   bash tests/train/test_cli.sh build/tools/blockfp8 [usage|resume|bad|rundir|tools|cuda|dp|dp_cuda|moe|moe_cuda]
 #   (ctest runs each group as train_cli_<group>)
 set -uo pipefail
 
@@ -123,14 +128,14 @@ losses_same() {
     fi
 }
 
-# losses_close "what" reference.jsonl other.jsonl steps: the other run logged `steps` steps, each loss within 1%
-# of the reference run's at the same step.
+# losses_close "what" reference.jsonl other.jsonl steps [bar]: the other run logged `steps` steps, each loss within
+# bar (default 0.01: 1%) of the reference run's at the same step.
 losses_close() {
-    local what="$1" ref="$2" other="$3" steps="$4" worst
+    local what="$1" ref="$2" other="$3" steps="$4" bar="${5:-0.01}" worst
     checks=$((checks + 1))
     worst=$(paste <(losses "$ref") <(losses "$other") |
             awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
-    if [[ $(losses "$other" | wc -l) -eq $steps ]] && awk -v w="$worst" 'BEGIN {exit !(w <= 0.01)}'; then
+    if [[ $(losses "$other" | wc -l) -eq $steps ]] && awk -v w="$worst" -v b="$bar" 'BEGIN {exit !(w <= b)}'; then
         echo "ok   $what (worst relative loss gap $worst)"
     else
         fail "$what: worst relative loss gap $worst over $(losses "$other" | wc -l) of $steps steps"
@@ -632,10 +637,91 @@ test_data_parallel_cuda() {
     fi
 }
 
+# ---------------------------------------------------------------------------
+test_moe() {
+    local moe=(--model moe-tiny)
+    expect_ok "moe-tiny, 30 steps" train "${common[@]}" "${moe[@]}" --batch 4 --steps 30 --eval-every 0 \
+        --log-every 10 --checkpoint-dir mtrain || return
+    grep -qF "moe: blocks 1-3, 8 experts of 128 (top-2), shared expert 128" out.txt ||
+        fail "no moe: banner line: $(head -n 3 out.txt)"
+    grep -qE "step +30/30 \| loss .* \| load [0-9]+\.[0-9]{2} \| ETA" out.txt ||
+        fail "the progress line has no expert load: $(grep 'step ' out.txt | tail -n 1)"
+    checks=$((checks + 1))
+    local first last
+    first=$(losses mtrain/metrics.jsonl | head -n 3 | awk '{s += $2} END {print s / NR}')
+    last=$(losses mtrain/metrics.jsonl | tail -n 3 | awk '{s += $2} END {print s / NR}')
+    if awk -v a="$first" -v b="$last" 'BEGIN {exit !(b < 0.9 * a)}'; then
+        echo "ok   moe-tiny lowers the loss: steps 1-3 $first, steps 28-30 $last"
+    else
+        fail "moe-tiny: the loss went from $first (steps 1-3) to $last (steps 28-30)"
+    fi
+    checks=$((checks + 1))
+    if [[ $(grep -cE '"type":"train".*"moe_load":\[[0-9.]+,[0-9.]+,[0-9.]+\],"moe_dropped":0}' \
+            mtrain/metrics.jsonl) -eq 30 ]] &&
+        ! grep -qE '"moe_load":\[[^]]*(0\.[0-9]+|[0-9]+\.[0-9]+e)' mtrain/metrics.jsonl; then
+        echo "ok   every train line holds the 3 MoE blocks' loads (>= 1) and no dropped pair"
+    else
+        fail "moe fields of metrics.jsonl: $(grep -m1 '"train"' mtrain/metrics.jsonl)"
+    fi
+    expect_ok "moe-tiny, 6 steps" train "${common[@]}" "${moe[@]}" --steps 6 --checkpoint-dir mfull || return
+    expect_ok "moe-tiny stopped at step 3" train "${common[@]}" "${moe[@]}" --steps 6 --stop-at 3 \
+        --checkpoint-dir mpart || return
+    expect_ok "moe-tiny resumed to step 6" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
+        --eval-every 2 --eval-batches 1 --threads 2 --checkpoint-dir mpart --resume || return
+    same_file "moe-tiny: resumed checkpoint bit-identical to the uninterrupted one" mfull/checkpoint.bin \
+        mpart/checkpoint.bin
+    losses_same "moe-tiny: losses of steps 1..6 identical" mfull/metrics.jsonl mpart/metrics.jsonl
+    expect_ok "moe-tiny bf16, accum 2" train "${common[@]}" "${moe[@]}" --recipe bf16 --grad-accum 2 --steps 4 \
+        --checkpoint-dir mfa || return
+    expect_ok "moe-tiny bf16, accum 2, stopped at 2" train "${common[@]}" "${moe[@]}" --recipe bf16 --grad-accum 2 \
+        --steps 4 --stop-at 2 --checkpoint-dir mpa || return
+    expect_ok "moe-tiny bf16, accum 2, resumed" train "${common[@]}" --recipe bf16 --checkpoint-dir mpa --resume || return
+    same_file "moe-tiny bf16 + accumulation: resumed bit-identical" mfa/checkpoint.bin mpa/checkpoint.bin
+    expect_ok "moe-tiny fp8-blockwise-bf16wgrad" train "${common[@]}" "${moe[@]}" --recipe fp8-blockwise-bf16wgrad \
+        --steps 2 --checkpoint-dir mwg || return
+    cp mfull/checkpoint.bin mref.bin
+    expect_fail "an moe-tiny checkpoint resumed as tiny" "is a 'moe-tiny' model, --model asks for 'tiny'" \
+        train "${common[@]}" --model tiny --steps 8 --checkpoint-dir mfull --resume
+    expect_ok "a tiny checkpoint" train "${common[@]}" --steps 1 --checkpoint-dir dense1 || return
+    expect_fail "a tiny checkpoint resumed as moe-tiny" "is a 'tiny' model, --model asks for 'moe-tiny'" \
+        train "${common[@]}" "${moe[@]}" --steps 2 --checkpoint-dir dense1 --resume
+    same_file "the moe-tiny checkpoint is untouched by the refused resume" mref.bin mfull/checkpoint.bin
+    # 2 ranks add their expert loads before each step, so they move the bias as one rank with both halves would
+    expect_ok "moe-tiny, 1 rank x batch 2" train "${common[@]}" "${moe[@]}" --steps 4 --threads 1 \
+        --checkpoint-dir mdp1 || return
+    expect_ok "moe-tiny, 2 ranks x batch 1" train "${common[@]}" "${moe[@]}" --steps 4 --threads 1 --batch 1 \
+        --data-parallel 2 --checkpoint-dir mdp2 || return
+    losses_close "moe-tiny: 2 ranks x batch 1 track 1 rank x batch 2" mdp1/metrics.jsonl mdp2/metrics.jsonl 4
+}
+
+test_moe_cuda() {
+    "$bin" train "${common[@]}" --device cuda --steps 1 --checkpoint-dir probe >out.txt 2>err.txt
+    if grep -qF "no usable CUDA device" err.txt; then
+        echo "SKIP: no CUDA device"
+        exit 77
+    fi
+    local gpu=(--device cuda) moe=(--model moe-tiny --steps 6)
+    for recipe in fp8-blockwise bf16 fp8-blockwise-bf16wgrad; do
+        expect_ok "moe-tiny $recipe, CPU" train "${common[@]}" "${moe[@]}" --recipe $recipe --checkpoint-dir c$recipe ||
+            return
+        expect_ok "moe-tiny $recipe, GPU" train "${common[@]}" "${moe[@]}" "${gpu[@]}" --recipe $recipe \
+            --checkpoint-dir g$recipe || return
+        losses_close "moe-tiny $recipe: GPU losses within 2% of the CPU's" c$recipe/metrics.jsonl \
+            g$recipe/metrics.jsonl 6 0.02
+    done
+    expect_ok "GPU: moe-tiny stopped at step 3" train "${common[@]}" "${moe[@]}" "${gpu[@]}" --stop-at 3 \
+        --checkpoint-dir gmpart || return
+    expect_ok "GPU: moe-tiny resumed" train "${common[@]}" "${gpu[@]}" --checkpoint-dir gmpart --resume || return
+    same_file "GPU: moe-tiny resumed bit-identical to uninterrupted" gfp8-blockwise/checkpoint.bin \
+        gmpart/checkpoint.bin
+}
+
 case "$group" in
     cuda) test_cuda ;;
     dp) test_data_parallel ;;
     dp_cuda) test_data_parallel_cuda ;;
+    moe) test_moe ;;
+    moe_cuda) test_moe_cuda ;;
     usage) test_usage ;;
     resume) test_resume ;;
     bad) test_bad_input ;;
