@@ -34,12 +34,12 @@ static double now_s(void) {
 }
 
 /* Wait for fd to be readable (POLLIN) or writable (POLLOUT) until deadline. */
-static bfp8_status wait_for(int fd, short events, double deadline, int peer, const char *what) {
+static bfp8_status wait_for(int fd, short events, double deadline, double timeout_s, int peer, const char *what) {
     for (;;) {
         const double left = deadline - now_s();
         if (left <= 0)
-            return bfp8_fail(BFP8_ERR_IO, "data parallel: rank %d sent nothing for the timeout while %s "
-                                          "(BLOCKFP8_DP_TIMEOUT)", peer, what);
+            return bfp8_fail(BFP8_ERR_IO, "data parallel: no progress with rank %d for %.0f s while %s "
+                                          "(BLOCKFP8_DP_TIMEOUT)", peer, timeout_s, what);
         struct pollfd p = {.fd = fd, .events = events};
         const int ready = poll(&p, 1, left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1);
         if (ready > 0) return BFP8_OK;
@@ -57,7 +57,7 @@ static bfp8_status send_all(const dp_group *g, int fd, const void *data, size_t 
     const char *p = data;
     const double deadline = now_s() + g->timeout_s;
     while (bytes > 0) {
-        BFP8_TRY(wait_for(fd, POLLOUT, deadline, peer, "sending to it"));
+        BFP8_TRY(wait_for(fd, POLLOUT, deadline, g->timeout_s, peer, "sending to it"));
         const ssize_t sent = send(fd, p, bytes, MSG_NOSIGNAL);
         if (sent < 0) {
             if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK) continue;
@@ -73,7 +73,7 @@ static bfp8_status recv_all(const dp_group *g, int fd, void *data, size_t bytes,
     char *p = data;
     const double deadline = now_s() + g->timeout_s;
     while (bytes > 0) {
-        BFP8_TRY(wait_for(fd, POLLIN, deadline, peer, "waiting for it"));
+        BFP8_TRY(wait_for(fd, POLLIN, deadline, g->timeout_s, peer, "waiting for it"));
         const ssize_t got = recv(fd, p, bytes, 0);
         if (got == 0) return peer_gone(peer, 0);
         if (got < 0) {
@@ -131,7 +131,8 @@ static bfp8_status accept_peers(dp_group *g, const char *port, double deadline) 
         err = errno;
         freeaddrinfo(ai);
         if (fd >= 0) close(fd);
-        return bfp8_fail(BFP8_ERR_IO, "data parallel: rank 0 cannot listen on port %s: %s", port, strerror(err));
+        return bfp8_fail(BFP8_ERR_IO, "data parallel: rank 0 cannot listen on port %s: %s (another port: "
+                                      "BLOCKFP8_DP_PORT)", port, strerror(err));
     }
     freeaddrinfo(ai);
     bfp8_status st = BFP8_OK;
@@ -219,6 +220,13 @@ bfp8_status dp_join_environment(dp_group *g) {
                          getenv("LOCAL_WORLD_SIZE"), DP_MAX_RANKS);
     if (env_int("MASTER_PORT", 1, 65535, &port_number) < 0)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "MASTER_PORT '%s': a port from 1 to 65535", getenv("MASTER_PORT"));
+    /* torchrun's agent keeps a store of its own listening on MASTER_PORT, and says so */
+    const char *agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+    if (agent_store && (strcmp(agent_store, "True") == 0 || strcmp(agent_store, "1") == 0) && port_number < 65535)
+        ++port_number;
+    if (env_int("BLOCKFP8_DP_PORT", 1, 65535, &port_number) < 0)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "BLOCKFP8_DP_PORT '%s': a port from 1 to 65535",
+                         getenv("BLOCKFP8_DP_PORT"));
     if (env_int("BLOCKFP8_DP_TIMEOUT", 1, 86400 * 7, &timeout) < 0)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "BLOCKFP8_DP_TIMEOUT '%s': seconds, 1 or more",
                          getenv("BLOCKFP8_DP_TIMEOUT"));
