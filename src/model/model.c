@@ -165,7 +165,8 @@ static void layout_params(model *m) {
 
 size_t model_param_arena_bytes(const model *m) {
     const size_t flags = (size_t)m->config.n_layers * LINEARS_PER_BLOCK * BFP8_LINEAR_NUM_FLAGS;
-    return 4 * m->num_params * sizeof(float) + flags * sizeof(uint32_t);
+    const size_t arrays = m->options.no_adamw_state ? 2 : 4; /* params, grads[, adam_m, adam_v] */
+    return arrays * m->num_params * sizeof(float) + flags * sizeof(uint32_t);
 }
 
 size_t model_activation_arena_bytes(const model *m) {
@@ -246,9 +247,9 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
     const size_t P = m->num_params;
     m->params = m->param_arena;
     m->grads = m->params + P;
-    m->adam_m = m->grads + P;
-    m->adam_v = m->adam_m + P;
-    m->nonfinite_flags = (uint32_t *)(m->adam_v + P);
+    m->adam_m = options->no_adamw_state ? NULL : m->grads + P;
+    m->adam_v = options->no_adamw_state ? NULL : m->adam_m + P;
+    m->nonfinite_flags = (uint32_t *)(m->grads + (options->no_adamw_state ? 1 : 3) * P);
     st = bfp8_memset_zero(ctx, m->param_arena, model_param_arena_bytes(m));
     if (st != BFP8_OK) {
         model_destroy(m);
@@ -414,11 +415,12 @@ bfp8_status model_init_weights(model *m, uint64_t seed) {
     bfp8_status st = bfp8_copy_to_backend(m->ctx, m->params, params, m->num_params * sizeof *params);
     free(params);
     BFP8_TRY(st);
-    BFP8_TRY(bfp8_memset_zero(m->ctx, m->adam_m, 2 * m->num_params * sizeof(float)));
+    if (m->adam_m) BFP8_TRY(bfp8_memset_zero(m->ctx, m->adam_m, 2 * m->num_params * sizeof(float)));
     return model_sync_weights(m);
 }
 
 bfp8_status model_copy_state(const model *m, float *params, float *adam_m, float *adam_v) {
+    if ((adam_m || adam_v) && !m->adam_m) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_copy_state: no moments");
     const size_t bytes = m->num_params * sizeof(float);
     if (params) BFP8_TRY(bfp8_copy_to_host(m->ctx, params, m->params, bytes));
     if (adam_m) BFP8_TRY(bfp8_copy_to_host(m->ctx, adam_m, m->adam_m, bytes));
@@ -427,6 +429,7 @@ bfp8_status model_copy_state(const model *m, float *params, float *adam_m, float
 }
 
 bfp8_status model_load_state(model *m, const float *params, const float *adam_m, const float *adam_v) {
+    if ((adam_m || adam_v) && !m->adam_m) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_load_state: no moments");
     const size_t bytes = m->num_params * sizeof(float);
     if (params) BFP8_TRY(bfp8_copy_to_backend(m->ctx, m->params, params, bytes));
     if (adam_m) BFP8_TRY(bfp8_copy_to_backend(m->ctx, m->adam_m, adam_m, bytes));
@@ -441,6 +444,7 @@ bfp8_status model_set_param(model *m, size_t index, float value) {
 }
 
 bfp8_status model_adamw_step(model *m, const adamw_hparams *h, float grad_scale, int64_t step) {
+    if (!m->adam_m) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_adamw_step: the model keeps no AdamW moments");
     PROFILE(&m->oc, OPTIMIZER);
     for (int i = 0; i < m->num_tensors; ++i) {
         const model_tensor *t = &m->tensors[i];

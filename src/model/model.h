@@ -36,6 +36,9 @@ typedef struct model_options {
     int flash_attention; /* CUDA, head_dim 64 or 128: attention without stored probabilities, bf16
                           * products (model_ops_ctx.flash_attention) */
     int profile;         /* time by kind of work, per step (model_profile.h); off: no cost */
+    int no_adamw_state;  /* 1: the arena holds no AdamW moments (adam_m, adam_v NULL): the caller keeps them,
+                          * e.g. a ZeRO-1 shard; model_adamw_step and the moments of model_copy_state and
+                          * model_load_state are then refused */
 } model_options;
 
 /* One parameter tensor: where it sits in the arena and whether AdamW decays it. */

@@ -97,6 +97,15 @@ static void decode_header(const uint8_t *h, uint32_t version, checkpoint_info *i
 }
 
 bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const model *m) {
+    return checkpoint_save_with(path, info, m, NULL);
+}
+
+bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m) {
+    return checkpoint_load_with(path, info, m, NULL);
+}
+
+bfp8_status checkpoint_save_with(const char *path, const checkpoint_info *info, const model *m,
+                                 const checkpoint_moments *moments) {
     uint8_t header[HEADER_BYTES];
     encode_header(header, info);
     atomic_file f;
@@ -106,15 +115,23 @@ bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const
     const float *parts[3] = {m->params, m->adam_m, m->adam_v};
     /* device memory goes through one host buffer, a part at a time */
     const int on_host = bfp8_context_backend(m->ctx) == BFP8_BACKEND_CPU;
-    float *staging = on_host ? NULL : malloc(bytes);
-    if (!on_host && !staging) {
+    float *staging = on_host && !moments ? NULL : malloc(bytes);
+    if (!staging && !(on_host && !moments)) {
         atomic_file_abort(&f);
         return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "checkpoint: out of memory");
     }
     uint32_t crc = 0;
     for (int i = 0; i < 3; ++i) {
         const float *part = parts[i];
-        if (!on_host) {
+        if (i > 0 && moments) {
+            const bfp8_status st = moments->gather(moments->user, i, staging);
+            if (st != BFP8_OK) {
+                free(staging);
+                atomic_file_abort(&f);
+                return st;
+            }
+            part = staging;
+        } else if (!on_host) {
             const bfp8_status st = model_copy_state(m, i == 0 ? staging : NULL, i == 1 ? staging : NULL,
                                                     i == 2 ? staging : NULL);
             if (st != BFP8_OK) {
@@ -169,7 +186,8 @@ bfp8_status checkpoint_read_info(const char *path, checkpoint_info *info) {
     return st;
 }
 
-bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m) {
+bfp8_status checkpoint_load_with(const char *path, checkpoint_info *info, model *m,
+                                 const checkpoint_moments *moments) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return bfp8_fail(BFP8_ERR_IO, "cannot open checkpoint '%s': %s", path, strerror(errno));
     bfp8_status st = read_header(fp, path, info);
@@ -200,7 +218,9 @@ bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m) {
     fclose(fp);
     if (st == BFP8_OK) {
         const size_t n = m->num_params;
-        st = model_load_state(m, staging, staging + n, staging + 2 * n);
+        st = moments ? moments->scatter(moments->user, staging + n, staging + 2 * n) : BFP8_OK;
+        if (st == BFP8_OK)
+            st = model_load_state(m, staging, moments ? NULL : staging + n, moments ? NULL : staging + 2 * n);
     }
     free(staging);
     return st;

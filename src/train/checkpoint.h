@@ -42,11 +42,28 @@ typedef struct checkpoint_info {
 /* Write m's parameters and optimizer state under path (atomically). */
 bfp8_status checkpoint_save(const char *path, const checkpoint_info *info, const model *m);
 
+/* Where the AdamW moments come from and go to when the model keeps none of
+ * its own (ZeRO-1: each rank holds a shard; zero_optimizer.h). */
+typedef struct checkpoint_moments {
+    /* save: host (num_params floats) := moment `which` (1: AdamW m, 2: v) */
+    bfp8_status (*gather)(void *user, int which, float *host);
+    /* load: take the verified moments (host memory, num_params floats each) */
+    bfp8_status (*scatter)(void *user, const float *adam_m, const float *adam_v);
+    void *user;
+} checkpoint_moments;
+
+/* checkpoint_save and checkpoint_load with the moments of `moments`
+ * (NULL: the model's own); the file is the same. */
+bfp8_status checkpoint_save_with(const char *path, const checkpoint_info *info, const model *m,
+                                 const checkpoint_moments *moments);
+
 /* Read and verify the header only. */
 bfp8_status checkpoint_read_info(const char *path, checkpoint_info *info);
 
 /* Read the whole checkpoint into m, whose shape must match; verifies both
  * checksums before touching m's arena. */
 bfp8_status checkpoint_load(const char *path, checkpoint_info *info, model *m);
+bfp8_status checkpoint_load_with(const char *path, checkpoint_info *info, model *m,
+                                 const checkpoint_moments *moments);
 
 #endif /* BFP8_TRAIN_CHECKPOINT_H */

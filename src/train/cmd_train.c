@@ -22,7 +22,8 @@ int cmd_train(int argc, char **argv) {
         {"recipe", CLI_STRING, &o.recipe_name, "NAME",
          .help = "bf16, fp8-blockwise (default), fp8-blockwise-bf16wgrad"},
         {"device", CLI_STRING, &o.device, "NAME",
-         .help = "cpu (default) or cuda (device 0; with --data-parallel, device r for rank r)"},
+         .help = "cpu (default) or cuda (device 0; with --data-parallel, device r for rank r; under a launcher, "
+                 "device LOCAL_RANK)"},
         {"data", CLI_STRING, &o.data_path, "FILE",
          .help = "training text (default data/corpus.txt, from scripts/prepare_corpus.sh)"},
         {"tokenizer", CLI_STRING, &o.tokenizer_path, "FILE",
@@ -68,8 +69,12 @@ int cmd_train(int argc, char **argv) {
         {"threads", CLI_INT, &o.threads, "N", "CPU threads, 0 = all cores (default 0)", .min = 0, .max = 1024},
         {"data-parallel", CLI_INT, &o.data_parallel, "N",
          "N ranks (processes) on this machine, each with --batch sequences of every micro-batch, gradients averaged: "
-         "cuda over NCCL, cpu over shared memory (resume: as the checkpoint had it)", .min = 1,
+         "cuda over NCCL, cpu over shared memory (resume: as the checkpoint had it). Without it, RANK and WORLD_SIZE "
+         "set by a launcher make this process one rank, meeting the others at MASTER_ADDR:MASTER_PORT", .min = 1,
          .max = DP_MAX_RANKS},
+        {"zero", CLI_INT, &o.zero, "STAGE",
+         "1: ZeRO-1, each data-parallel rank keeps the AdamW moments of its 1/N of the weights (gradients "
+         "reduce-scattered, weights all-gathered); 0: off (default)", .min = 0, .max = 1},
         {"flash-attention", CLI_FLAG, &o.flash_attention, NULL,
          .help = "--device cuda, head_dim 64 or 128: attention without stored probabilities, its products in bf16 "
                  "on the tensor cores (default: fp32 products, probabilities kept)"},
@@ -87,7 +92,7 @@ int cmd_train(int argc, char **argv) {
         {"inject-nonfinite", CLI_INT, &o.inject_nonfinite_at, "STEP", "testing: put a NaN into a weight at STEP",
          .min = 1, .max = MAX_STEPS},
         {"inject-rank-exit", CLI_INT, &o.inject_rank_exit_at, "STEP",
-         "testing: with --data-parallel, the last rank exits abruptly at STEP", .min = 1, .max = MAX_STEPS},
+         "testing: with data parallelism, the last rank exits abruptly at STEP", .min = 1, .max = MAX_STEPS},
     };
     const char *positional[1];
     int num_positional;

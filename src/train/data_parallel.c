@@ -1,6 +1,7 @@
 /*
- * data_parallel.c - worker processes, their shared-memory meeting point, and
- * the gradient transport (data_parallel.h).
+ * data_parallel.c - forked worker processes, their shared-memory meeting
+ * point, and the gradient transport (data_parallel.h); the ranks a launcher
+ * started meet over TCP instead (dp_tcp.c).
  */
 #define _GNU_SOURCE /* memfd_create */
 #include "train/data_parallel.h"
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "train/dp_tcp.h"
 #include "train/stop_signal.h"
 
 #ifdef BFP8_WITH_NCCL
@@ -153,7 +155,7 @@ int dp_launch(dp_group *g, int world, int *exit_code) {
         bfp8_fail(BFP8_ERR_IO, "data parallel: memfd_create: %s", strerror(errno));
         return -1;
     }
-    g->world = world;
+    g->world = g->local_world = world;
     fflush(stdout);
     fflush(stderr);
     pid_t pids[DP_MAX_RANKS] = {0};
@@ -164,7 +166,7 @@ int dp_launch(dp_group *g, int world, int *exit_code) {
             /* a worker: never outlive the supervisor (it stops everyone when one fails) */
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() != supervisor) _exit(1);
-            g->rank = r;
+            g->rank = g->local_rank = r;
             return 0;
         }
         if (pid < 0) {
@@ -183,18 +185,32 @@ int dp_launch(dp_group *g, int world, int *exit_code) {
     return 1;
 }
 
-void dp_barrier(dp_group *g) { pthread_barrier_wait(&g->shared->barrier); }
+static void shared_barrier(dp_group *g) { pthread_barrier_wait(&g->shared->barrier); }
 
-void dp_sum_scalars(dp_group *g, double *v, int n) {
+bfp8_status dp_barrier(dp_group *g) {
+    if (g->peers) return dp_tcp_barrier(g);
+    shared_barrier(g);
+    return BFP8_OK;
+}
+
+bfp8_status dp_sum_scalars(dp_group *g, double *v, int n) {
     if (n > DP_MAX_SCALARS) n = DP_MAX_SCALARS;
+    if (g->peers) return dp_tcp_sum_scalars(g, v, n);
     memcpy(g->shared->scalars[g->rank], v, (size_t)n * sizeof *v);
-    dp_barrier(g);
+    shared_barrier(g);
     for (int i = 0; i < n; ++i) {
         double s = 0.0;
         for (int r = 0; r < g->world; ++r) s += g->shared->scalars[r][i];
         v[i] = s;
     }
-    dp_barrier(g); /* nobody writes its row again before everyone has read */
+    shared_barrier(g); /* nobody writes its row again before everyone has read */
+    return BFP8_OK;
+}
+
+void dp_shard_range(const dp_group *g, int rank, size_t n, size_t *lo, size_t *hi) {
+    const size_t size = n / (size_t)g->world / DP_SHARD_ALIGN * DP_SHARD_ALIGN;
+    *lo = (size_t)rank * size;
+    *hi = rank == g->world - 1 ? n : *lo + size;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -214,14 +230,20 @@ bfp8_status dp_connect(dp_group *g, bfp8_context *ctx, size_t max_floats) {
     if (on_gpu(g)) {
 #ifdef BFP8_WITH_NCCL
         ncclUniqueId id;
+        memset(&id, 0, sizeof id);
         bfp8_status st = BFP8_OK;
-        if (g->rank == 0) {
-            st = nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
-            memcpy(g->shared->nccl_id, &id, sizeof id);
+        if (g->rank == 0) st = nccl_check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+        double failed = st != BFP8_OK; /* rank 0's verdict reaches everyone */
+        if (g->peers) {
+            BFP8_TRY(dp_tcp_sum_scalars(g, &failed, 1));
+            if (failed == 0.0) BFP8_TRY(dp_tcp_broadcast(g, &id, sizeof id));
+        } else {
+            if (g->rank == 0) memcpy(g->shared->nccl_id, &id, sizeof id);
+            BFP8_TRY(dp_sum_scalars(g, &failed, 1));
+            memcpy(&id, g->shared->nccl_id, sizeof id);
         }
-        dp_barrier(g);
         if (st != BFP8_OK) return st;
-        memcpy(&id, g->shared->nccl_id, sizeof id);
+        if (failed != 0.0) return bfp8_fail(BFP8_ERR_CUDA, "data parallel: rank 0 could not make the NCCL id");
         if (cudaSetDevice(ctx->device) != cudaSuccess)
             return bfp8_fail(BFP8_ERR_CUDA, "data parallel: cudaSetDevice(%d) failed", ctx->device);
         ncclComm_t comm;
@@ -233,22 +255,29 @@ bfp8_status dp_connect(dp_group *g, bfp8_context *ctx, size_t max_floats) {
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "data parallel on CUDA devices needs NCCL, and this build has none");
 #endif
     }
+    g->capacity = max_floats;
+    if (g->peers) return BFP8_OK; /* the gradients go through rank 0's sockets */
     const size_t bytes = (size_t)(g->world + 1) * max_floats * sizeof(float);
     int err = 0;
     if (g->rank == 0) {
         if (ftruncate(g->slots_fd, (off_t)bytes) != 0) err = errno;
         g->shared->scalars[0][0] = err; /* rank 0's verdict, read after the barrier */
     }
-    dp_barrier(g);
+    shared_barrier(g);
     err = (int)g->shared->scalars[0][0];
-    dp_barrier(g);
+    shared_barrier(g);
     if (err) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "data parallel: %zu bytes of shared memory: %s", bytes,
                               strerror(err));
     void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, g->slots_fd, 0);
     if (p == MAP_FAILED)
         return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "data parallel: mapping %zu bytes: %s", bytes, strerror(errno));
     g->slots = p;
-    g->capacity = max_floats;
+    return BFP8_OK;
+}
+
+static bfp8_status check_capacity(const dp_group *g, size_t n) {
+    if (n > g->capacity)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data parallel: %zu floats, connected for %zu", n, g->capacity);
     return BFP8_OK;
 }
 
@@ -262,12 +291,12 @@ bfp8_status dp_allreduce_mean(dp_group *g, float *data, size_t n) {
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "data parallel: no NCCL in this build");
 #endif
     }
-    if (n > g->capacity)
-        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data parallel: %zu floats, connected for %zu", n, g->capacity);
+    BFP8_TRY(check_capacity(g, n));
+    if (g->peers) return dp_tcp_reduce_mean(g, data, n, 0);
     const size_t cap = g->capacity;
     float *result = g->slots + (size_t)g->world * cap;
     memcpy(g->slots + (size_t)g->rank * cap, data, n * sizeof *data);
-    dp_barrier(g);
+    shared_barrier(g);
     /* each rank reduces its share, adding the ranks' values in rank order */
     const size_t lo = n * (size_t)g->rank / (size_t)g->world, hi = n * (size_t)(g->rank + 1) / (size_t)g->world;
     const float world = (float)g->world;
@@ -276,9 +305,9 @@ bfp8_status dp_allreduce_mean(dp_group *g, float *data, size_t n) {
         for (int r = 1; r < g->world; ++r) s += g->slots[(size_t)r * cap + i];
         result[i] = s / world;
     }
-    dp_barrier(g);
+    shared_barrier(g);
     memcpy(data, result, n * sizeof *data);
-    dp_barrier(g); /* the result stays put until everyone has it */
+    shared_barrier(g); /* the result stays put until everyone has it */
     return BFP8_OK;
 }
 
@@ -292,12 +321,84 @@ bfp8_status dp_broadcast(dp_group *g, float *data, size_t n) {
         return bfp8_fail(BFP8_ERR_UNSUPPORTED, "data parallel: no NCCL in this build");
 #endif
     }
-    if (n > g->capacity)
-        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data parallel: %zu floats, connected for %zu", n, g->capacity);
+    BFP8_TRY(check_capacity(g, n));
+    if (g->peers) return dp_tcp_broadcast(g, data, n * sizeof *data);
     if (g->rank == 0) memcpy(g->slots, data, n * sizeof *data);
-    dp_barrier(g);
+    shared_barrier(g);
     if (g->rank != 0) memcpy(data, g->slots, n * sizeof *data);
-    dp_barrier(g);
+    shared_barrier(g);
+    return BFP8_OK;
+}
+
+/* NCCL's collectives take equal shards: those of the first world - 1 ranks
+ * and as much of the last one's, plus the remainder (the last rank's), which
+ * goes as a collective of its own in the same group. */
+bfp8_status dp_reduce_scatter_mean(dp_group *g, float *data, size_t n) {
+    size_t lo, hi;
+    dp_shard_range(g, g->rank, n, &lo, &hi);
+    if (on_gpu(g)) {
+#ifdef BFP8_WITH_NCCL
+        size_t shard, unused;
+        dp_shard_range(g, 0, n, &unused, &shard);
+        const size_t even = shard * (size_t)g->world; /* what NCCL reduce-scatters */
+        const ncclComm_t comm = (ncclComm_t)g->nccl;
+        const cudaStream_t s = (cudaStream_t)g->ctx->stream;
+        BFP8_TRY(nccl_check(ncclGroupStart(), "ncclGroupStart"));
+        ncclResult_t r = ncclSuccess;
+        if (shard > 0) r = ncclReduceScatter(data, data + lo, shard, ncclFloat, ncclAvg, comm, s);
+        if (r == ncclSuccess && n > even) r = ncclAllReduce(data + even, data + even, n - even, ncclFloat, ncclAvg,
+                                                            comm, s);
+        const ncclResult_t end = ncclGroupEnd();
+        BFP8_TRY(nccl_check(r, "ncclReduceScatter"));
+        return nccl_check(end, "ncclGroupEnd");
+#else
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "data parallel: no NCCL in this build");
+#endif
+    }
+    BFP8_TRY(check_capacity(g, n));
+    if (g->peers) return dp_tcp_reduce_mean(g, data, n, 1);
+    const size_t cap = g->capacity;
+    memcpy(g->slots + (size_t)g->rank * cap, data, n * sizeof *data);
+    shared_barrier(g);
+    const float world = (float)g->world;
+    for (size_t i = lo; i < hi; ++i) { /* dp_allreduce_mean's sum, element by element */
+        float s = g->slots[i];
+        for (int r = 1; r < g->world; ++r) s += g->slots[(size_t)r * cap + i];
+        data[i] = s / world;
+    }
+    shared_barrier(g); /* the slots stay put until everyone has read them */
+    return BFP8_OK;
+}
+
+bfp8_status dp_all_gather(dp_group *g, float *data, size_t n) {
+    size_t lo, hi;
+    dp_shard_range(g, g->rank, n, &lo, &hi);
+    if (on_gpu(g)) {
+#ifdef BFP8_WITH_NCCL
+        size_t shard, unused;
+        dp_shard_range(g, 0, n, &unused, &shard);
+        const size_t even = shard * (size_t)g->world; /* what NCCL all-gathers */
+        const ncclComm_t comm = (ncclComm_t)g->nccl;
+        const cudaStream_t s = (cudaStream_t)g->ctx->stream;
+        BFP8_TRY(nccl_check(ncclGroupStart(), "ncclGroupStart"));
+        ncclResult_t r = ncclSuccess;
+        if (shard > 0) r = ncclAllGather(data + lo, data, shard, ncclFloat, comm, s);
+        if (r == ncclSuccess && n > even)
+            r = ncclBroadcast(data + even, data + even, n - even, ncclFloat, g->world - 1, comm, s);
+        const ncclResult_t end = ncclGroupEnd();
+        BFP8_TRY(nccl_check(r, "ncclAllGather"));
+        return nccl_check(end, "ncclGroupEnd");
+#else
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "data parallel: no NCCL in this build");
+#endif
+    }
+    BFP8_TRY(check_capacity(g, n));
+    if (g->peers) return dp_tcp_all_gather(g, data, n);
+    float *result = g->slots + (size_t)g->world * g->capacity;
+    memcpy(result + lo, data + lo, (hi - lo) * sizeof *data);
+    shared_barrier(g);
+    memcpy(data, result, n * sizeof *data);
+    shared_barrier(g);
     return BFP8_OK;
 }
 
@@ -308,5 +409,6 @@ void dp_close(dp_group *g) {
     g->nccl = NULL;
     if (g->slots) munmap(g->slots, (size_t)(g->world + 1) * g->capacity * sizeof(float));
     g->slots = NULL;
+    dp_tcp_close(g);
     release_shared(g);
 }

@@ -150,6 +150,14 @@ int train_plan_resolve(train_options *o, train_plan *plan) {
     if (o->data_parallel != -1 && (o->data_parallel < 1 || o->data_parallel > DP_MAX_RANKS))
         return usage_error("--data-parallel must be between 1 and %d (got %lld)", DP_MAX_RANKS,
                            (long long)o->data_parallel);
+    const int launched = dp_environment_present();
+    if (launched < 0) return usage_error("%s", bfp8_last_error());
+    if (launched && o->data_parallel_given)
+        return usage_error("--data-parallel forks ranks on this machine; under a launcher (RANK and WORLD_SIZE "
+                           "set) each process is one rank: leave --data-parallel out");
+    if (o->zero && o->data_parallel == -1 && !launched)
+        return usage_error("--zero %lld shards the optimizer over data-parallel ranks: give --data-parallel N "
+                           "(or start the ranks with a launcher)", (long long)o->zero);
     if (o->seq > plan->preset->config.max_seq)
         return usage_error("--seq %lld exceeds the %s model's %d", (long long)o->seq, plan->preset->name,
                            plan->preset->config.max_seq);

@@ -33,6 +33,8 @@
 #include "train/stop_signal.h"
 #include "train/tokenizer.h"
 #include "train/train_plan.h"
+#include "train/train_step.h"
+#include "train/zero_optimizer.h"
 
 /* ------------------------------------------------------------------------ */
 /* The run */
@@ -53,11 +55,15 @@ typedef struct run_state {
     int32_t *inputs, *targets;
     char checkpoint_path[4200];
     int64_t checkpoint_step; /* step of the checkpoint on disk, -1: none */
-    /* data parallel (--data-parallel): this process is rank `rank` of `world`
-     * (0 of 1 without it); rank 0 prints, writes metrics and checkpoints */
+    /* data parallel (--data-parallel, or a launcher's RANK and WORLD_SIZE):
+     * this process is rank `rank` of `world` (0 of 1 without it); rank 0
+     * prints, writes metrics and checkpoints */
     int data_parallel;
+    int launched; /* started by a launcher, not forked */
     dp_group dp;
     int rank, world;
+    int zero; /* ZeRO-1: the moments are zero_opt's shard, not the model's */
+    zero_optimizer zero_opt;
 } run_state;
 
 static int report_failure(run_state *r, const char *fmt, ...)
@@ -158,7 +164,7 @@ static bfp8_status evaluate(run_state *r, int64_t batch, int64_t seq, double *me
         total += loss * (double)b;
     }
     model_profile_pause(&r->m->oc, 0);
-    if (r->data_parallel) dp_sum_scalars(&r->dp, &total, 1);
+    if (r->data_parallel) BFP8_TRY(dp_sum_scalars(&r->dp, &total, 1));
     *mean_loss = total / (double)windows;
     return BFP8_OK;
 }
@@ -181,8 +187,18 @@ static bfp8_status model_weights_finite_or_fail(const model *m) {
     return st;
 }
 
+/* Every rank calls it; rank 0 writes (with ZeRO-1 the others send their
+ * shards of the moments). */
 static bfp8_status save_checkpoint(run_state *r, int64_t step, int64_t total_steps, int64_t batch,
                                    int64_t seq, int64_t accum) {
+    if (r->zero) { /* the weights are the same everywhere: every rank sees what rank 0 sees */
+        BFP8_TRY(model_weights_finite_or_fail(r->m));
+        if (r->rank > 0) {
+            BFP8_TRY(zero_gather_moment(&r->zero_opt, 1, NULL));
+            return zero_gather_moment(&r->zero_opt, 2, NULL);
+        }
+    }
+    if (r->rank > 0) return BFP8_OK;
     BFP8_TRY(model_weights_finite_or_fail(r->m));
     checkpoint_info info = {.config = r->m->config,
                             .recipe = r->recipe,
@@ -198,7 +214,8 @@ static bfp8_status save_checkpoint(run_state *r, int64_t step, int64_t total_ste
                             .grad_accum = (uint32_t)accum,
                             .ranks = (uint32_t)r->world};
     snprintf(info.model_name, sizeof info.model_name, "%s", r->preset->name);
-    BFP8_TRY(checkpoint_save(r->checkpoint_path, &info, r->m));
+    const checkpoint_moments shards = zero_checkpoint_moments(&r->zero_opt);
+    BFP8_TRY(checkpoint_save_with(r->checkpoint_path, &info, r->m, r->zero ? &shards : NULL));
     r->checkpoint_step = step;
     return BFP8_OK;
 }
@@ -210,6 +227,7 @@ static void report_stale(const char *dir, const char *name) {
 static void release(run_state *r) {
     metrics_close(&r->metrics);
     run_dir_unlock(&r->dir);
+    zero_destroy(&r->zero_opt);
     if (r->data_parallel) dp_close(&r->dp);
     model_destroy(r->m);
     dataset_free(&r->data);
@@ -222,14 +240,15 @@ static void release(run_state *r) {
 static int train_loop(run_state *r, int64_t start_step);
 
 /* The MoE blocks' expert loads of this step, added over the ranks: every rank then moves the same bias. */
-static void sum_moe_counts(run_state *r) {
-    for (int l = 0; l < r->m->config.n_layers; ++l) {
+static bfp8_status sum_moe_counts(run_state *r) {
+    for (int l = 0; r->data_parallel && l < r->m->config.n_layers; ++l) {
         model_moe_block *b = r->m->blocks[l].moe;
         for (int i = 0; b && i <= b->num_experts; i += DP_MAX_SCALARS) {
             const int n = b->num_experts + 1 - i;
-            dp_sum_scalars(&r->dp, b->counts + i, n < DP_MAX_SCALARS ? n : DP_MAX_SCALARS);
+            BFP8_TRY(dp_sum_scalars(&r->dp, b->counts + i, n < DP_MAX_SCALARS ? n : DP_MAX_SCALARS));
         }
     }
+    return BFP8_OK;
 }
 
 /* ,"moe_load":[max/mean per MoE block],"moe_dropped":N  (empty for a dense model) */
@@ -258,27 +277,37 @@ int train_run(train_options *o) {
     checkpoint_info resume_info = r.plan.resume_info;
     const char *resume_path = r.plan.resume_path;
     progress_init(&r.progress, o->log_every);
-    /* The directory is this run's from here on (data-parallel ranks share the lock). */
-    if (run_dir_lock(&r.dir, o->checkpoint_dir) != BFP8_OK) return report_failure(&r, "%s", bfp8_last_error());
-    if ((rc = train_plan_check_fresh(o)) != 0) goto done;
-    rc = 1;
-    if (run_dir_remove_stale(o->checkpoint_dir, report_stale) != BFP8_OK) {
-        report_failure(&r, "%s", bfp8_last_error());
-        goto done;
-    }
-    const int on_gpu = strcmp(o->device, "cuda") == 0;
     r.world = 1;
-    r.data_parallel = o->data_parallel > 0;
+    r.zero = o->zero == 1;
+    r.launched = dp_environment_present() == 1;
+    if (r.launched) { /* one rank of a launcher's: meet the others first (a failure below ends them too) */
+        if (dp_join_environment(&r.dp) != BFP8_OK) return report_failure(&r, "%s", bfp8_last_error());
+        r.rank = r.dp.rank;
+        r.world = r.dp.world;
+        if (r.rank > 0 && !freopen("/dev/null", "w", stdout)) {
+            dp_close(&r.dp);
+            return report_failure(&r, "cannot silence stdout");
+        }
+    }
+    r.data_parallel = o->data_parallel > 0 || r.launched;
+    /* The directory is this run's from here on (forked ranks share the lock; a launcher's, rank 0's). */
+    rc = 1;
+    if (r.rank == 0 && run_dir_lock(&r.dir, o->checkpoint_dir) != BFP8_OK) goto failed;
+    if (r.rank == 0 && (rc = train_plan_check_fresh(o)) != 0) goto done;
+    rc = 1;
+    if (r.rank == 0 && run_dir_remove_stale(o->checkpoint_dir, report_stale) != BFP8_OK) goto failed;
+    const int on_gpu = strcmp(o->device, "cuda") == 0;
     /* (data parallel: each rank checks, after the fork; CUDA must not start before it) */
     if (on_gpu && !r.data_parallel && bfp8_cuda_device_count() < 1) {
         report_failure(&r, "--device cuda: no usable CUDA device (or a build without CUDA)");
         goto done;
     }
     const int64_t vocab_wanted = o->vocab_size > 0 ? o->vocab_size : r.preset->config.vocab_size;
-    if (load_or_train_tokenizer(&r, vocab_wanted) != BFP8_OK) {
-        report_failure(&r, "%s", bfp8_last_error());
-        goto done;
-    }
+    /* a launcher's ranks: rank 0 trains a missing tokenizer, the others then read it (or, on another
+     * machine, train the same one) */
+    if (r.launched && r.rank > 0 && dp_barrier(&r.dp) != BFP8_OK) goto failed;
+    if (load_or_train_tokenizer(&r, vocab_wanted) != BFP8_OK) goto failed;
+    if (r.launched && r.rank == 0 && dp_barrier(&r.dp) != BFP8_OK) goto failed;
     if (dataset_load(&r.data, o->data_path, &r.tok, o->seq) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
@@ -287,8 +316,8 @@ int train_run(train_options *o) {
         fprintf(stderr, "blockfp8 train: warning: data file '%s': %.1f%% of its bytes are control bytes or invalid "
                         "UTF-8\n", o->data_path, 100.0 * r.data.non_text_fraction);
     /* From here a SIGINT or SIGTERM ends the run after a step, with a checkpoint. */
-    stop_signal_install(!r.data_parallel);
-    if (r.data_parallel) {
+    stop_signal_install(!r.data_parallel || r.launched);
+    if (r.data_parallel && !r.launched) {
         /* the ranks inherit the tokenizer and the data; this process supervises them */
         int exit_code;
         const int who = dp_launch(&r.dp, (int)o->data_parallel, &exit_code);
@@ -313,18 +342,23 @@ int train_run(train_options *o) {
             if (devices < r.world) goto done;
         }
     }
+    if (r.launched && on_gpu && bfp8_cuda_device_count() <= r.dp.local_rank) {
+        report_failure(&r, "--device cuda: LOCAL_RANK %d, and this machine has %d CUDA devices", r.dp.local_rank,
+                       bfp8_cuda_device_count());
+        goto done;
+    }
 #ifdef _OPENMP
     if (o->threads > 0) {
         omp_set_num_threads((int)o->threads);
-    } else if (r.world > 1 && !on_gpu) { /* the cores shared among the ranks */
-        const int share = omp_get_num_procs() / r.world;
+    } else if (r.world > 1 && !on_gpu) { /* the cores shared among the ranks on this machine */
+        const int share = omp_get_num_procs() / r.dp.local_world;
         omp_set_num_threads(share > 0 ? share : 1);
     }
     const int threads = omp_get_max_threads();
 #else
     const int threads = 1;
 #endif
-    if (bfp8_context_create(&r.ctx, on_gpu ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, on_gpu ? r.rank : 0) !=
+    if (bfp8_context_create(&r.ctx, on_gpu ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, on_gpu ? r.dp.local_rank : 0) !=
         BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
@@ -346,8 +380,9 @@ int train_run(train_options *o) {
     }
     const model_options mopts = {.recipe = r.recipe, .max_batch = o->batch, .max_seq = o->seq,
                                  .exact_linears = 0, .tf32 = o->tf32, .flash_attention = o->flash_attention,
-                                 .profile = o->profile};
-    if (model_create(&r.m, r.ctx, &config, &mopts) != BFP8_OK) {
+                                 .profile = o->profile, .no_adamw_state = r.zero};
+    if (model_create(&r.m, r.ctx, &config, &mopts) != BFP8_OK ||
+        (r.zero && zero_create(&r.zero_opt, r.m, &r.dp) != BFP8_OK)) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
@@ -360,7 +395,8 @@ int train_run(train_options *o) {
     snprintf(r.checkpoint_path, sizeof r.checkpoint_path, "%s/checkpoint.bin", o->checkpoint_dir);
     int64_t start_step = 0;
     if (o->resume) {
-        if (checkpoint_load(resume_path, &resume_info, r.m) != BFP8_OK) {
+        const checkpoint_moments shards = zero_checkpoint_moments(&r.zero_opt);
+        if (checkpoint_load_with(resume_path, &resume_info, r.m, r.zero ? &shards : NULL) != BFP8_OK) {
             report_failure(&r, "cannot resume: %s", bfp8_last_error());
             goto done;
         }
@@ -389,15 +425,22 @@ int train_run(train_options *o) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
-    char where[128];
-    if (on_gpu && r.data_parallel)
-        snprintf(where, sizeof where, "data parallel over cuda devices 0-%d (NCCL)%s%s", r.world - 1,
+    char where[160];
+    const char *zero = r.zero ? ", ZeRO-1" : "";
+    if (on_gpu && r.launched)
+        snprintf(where, sizeof where, "data parallel over %d launched ranks on cuda (NCCL)%s%s%s", r.world, zero,
+                 o->tf32 ? ", tf32 products" : "", o->flash_attention ? ", flash attention" : "");
+    else if (on_gpu && r.data_parallel)
+        snprintf(where, sizeof where, "data parallel over cuda devices 0-%d (NCCL)%s%s%s", r.world - 1, zero,
                  o->tf32 ? ", tf32 products" : "", o->flash_attention ? ", flash attention" : "");
     else if (on_gpu)
         snprintf(where, sizeof where, "cuda device 0%s%s", o->tf32 ? ", tf32 products" : "",
                  o->flash_attention ? ", flash attention" : "");
+    else if (r.launched)
+        snprintf(where, sizeof where, "data parallel over %d launched cpu ranks (TCP) x %d threads%s", r.world,
+                 threads, zero);
     else if (r.data_parallel)
-        snprintf(where, sizeof where, "data parallel over %d cpu processes x %d threads", r.world, threads);
+        snprintf(where, sizeof where, "data parallel over %d cpu processes x %d threads%s", r.world, threads, zero);
     else
         snprintf(where, sizeof where, "cpu x %d threads", threads);
     printf("model: %s, %.2fM params (dim %d, %d layers, %d heads, ffn %d, vocab %d), recipe %s, %s\n",
@@ -420,7 +463,8 @@ int train_run(train_options *o) {
            "%.2g), wd %.2g, clip %.2g, seed %lld; memory %.0f MB; checkpoints %s\n",
            (long long)o->steps, (long long)o->batch, (long long)o->seq, (long long)o->grad_accum, ranks,
            o->lr, (long long)o->warmup, o->min_lr, o->weight_decay, o->clip, (long long)o->seed,
-           (double)(model_param_arena_bytes(r.m) + model_activation_arena_bytes(r.m)) / 1e6,
+           (double)(model_param_arena_bytes(r.m) + model_activation_arena_bytes(r.m) +
+                    2 * (r.zero_opt.hi - r.zero_opt.lo) * sizeof(float)) / 1e6,
            r.checkpoint_path);
     if (o->resume) printf("resumed from %s at step %lld\n", resume_path, (long long)start_step);
     if (metrics_write(&r.metrics, "run",
@@ -434,6 +478,9 @@ int train_run(train_options *o) {
         goto done;
     }
     rc = train_loop(&r, start_step);
+    goto done;
+failed:
+    report_failure(&r, "%s", bfp8_last_error());
 done:
     stop_signal_restore();
     release(&r);
@@ -459,6 +506,7 @@ static int train_loop(run_state *r, int64_t start_step) {
     const int64_t tokens_per_step = B * T * A * r->world;
     const adamw_hparams base = {.lr = o->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                 .weight_decay = o->weight_decay};
+    const train_step_ranks ranks = {r->data_parallel ? &r->dp : NULL, r->zero ? &r->zero_opt : NULL};
     double train_seconds = 0.0, last_loss = NAN;
     int64_t steps_timed = 0;
     if (start_step >= last_step) {
@@ -493,20 +541,11 @@ static int train_loop(run_state *r, int64_t start_step) {
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
             loss_sum += loss;
         }
+        /* the mean gradient and loss over the ranks; whether any rank has a signal */
         int stop_signal = stop_signal_received();
-        if (r->data_parallel) { /* the mean gradient and loss over the ranks; whether any rank has a signal */
-            model_profile_mark(&m->oc, MODEL_PROFILE_COMMUNICATION);
-            if (dp_allreduce_mean(&r->dp, m->grads, m->num_params) != BFP8_OK)
-                return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
-            double sums[2] = {loss_sum, stop_signal != 0};
-            dp_sum_scalars(&r->dp, sums, 2);
-            model_profile_mark(&m->oc, MODEL_PROFILE_NONE);
-            loss_sum = sums[0] / (double)r->world;
-            if (sums[1] > 0.0 && !stop_signal) stop_signal = SIGTERM; /* another rank's */
-            sum_moe_counts(r);
-        }
         double grad_norm;
-        if (model_gradient_norm(m, &grad_norm) != BFP8_OK)
+        if (train_step_exchange(&ranks, m, &loss_sum, &stop_signal) != BFP8_OK || sum_moe_counts(r) != BFP8_OK ||
+            train_step_gradient_norm(&ranks, m, &grad_norm) != BFP8_OK)
             return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
         if (!isfinite(grad_norm))
             return report_failure(r, "step %lld: the gradient norm is %s", (long long)step,
@@ -515,7 +554,7 @@ static int train_loop(run_state *r, int64_t start_step) {
             o->clip > 0.0f && grad_norm > o->clip ? (float)(o->clip / grad_norm) : 1.0f;
         adamw_hparams h = base;
         h.lr = lr_at_step(step, o->warmup, o->steps, o->lr, o->min_lr);
-        if (model_adamw_step(m, &h, clip_scale, step) != BFP8_OK || model_check_nonfinite(m) != BFP8_OK)
+        if (train_step_adamw(&ranks, m, &h, clip_scale, step) != BFP8_OK || model_check_nonfinite(m) != BFP8_OK)
             return report_failure(r, "step %lld: after the update: %s", (long long)step,
                                   bfp8_last_error());
         last_loss = loss_sum / (double)A;
@@ -551,7 +590,7 @@ static int train_loop(run_state *r, int64_t start_step) {
         }
         const int checkpoint_now =
             (o->checkpoint_every > 0 && step % o->checkpoint_every == 0) || step == last_step || stop_signal;
-        if (r->rank == 0 && checkpoint_now && save_checkpoint(r, step, o->steps, B, T, A) != BFP8_OK)
+        if (checkpoint_now && save_checkpoint(r, step, o->steps, B, T, A) != BFP8_OK)
             return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
         if (stop_signal) return report_stopped(r, stop_signal, step);
     }

@@ -32,6 +32,7 @@ typedef struct train_options {
     int profile;   /* print where a step's time went by kind of work (model_profile.h) */
     int64_t data_parallel; /* ranks (worker processes); -1: none, one process */
     int data_parallel_given;
+    int64_t zero;          /* ZeRO stage: 0 off, 1 the AdamW moments sharded over the ranks (zero_optimizer.h) */
 } train_options;
 
 /* Everything unset: the preset fills it in. */

@@ -39,10 +39,18 @@
 #   moe_cuda moe-tiny on the GPU (exit 77 without one): its losses within 2% of the CPU's in each
 #            recipe; stop + resume bit-identical on the GPU
 #   dp_cuda  --data-parallel --device cuda over NCCL (exit 77 without a GPU):
-#            one rank bit-identical to the plain GPU run; with 2 GPUs, the
-#            checks of `dp` on the GPUs
+#            one rank bit-identical to the plain GPU run, --zero 1 on one
+#            rank with the same losses; with 2 GPUs, the checks of `dp` and
+#            `zero` on the GPUs
+#   zero     --zero 1 on CPU ranks: the losses of plain data parallelism (2
+#            and 3 ranks), a stopped and resumed run bit-identical to an
+#            uninterrupted one, refused without data parallelism
+#   launch   ranks started as a launcher does (RANK, WORLD_SIZE, MASTER_ADDR,
+#            MASTER_PORT on 127.0.0.1): bit-identical to --data-parallel 2,
+#            also with --zero 1; a rank that exits stops the other with a
+#            message naming it (either rank), no hang; bad settings refused
 #
-#   bash tests/train/test_cli.sh build/tools/blockfp8 [usage|resume|bad|rundir|tools|cuda|dp|dp_cuda|moe|moe_cuda]
+#   bash tests/train/test_cli.sh build/tools/blockfp8 [usage|resume|bad|rundir|tools|cuda|dp|dp_cuda|moe|moe_cuda|zero|launch]
 #   (ctest runs each group as train_cli_<group>)
 set -uo pipefail
 
@@ -128,14 +136,14 @@ losses_same() {
     fi
 }
 
-# losses_close "what" reference.jsonl other.jsonl steps [bar]: the other run logged `steps` steps, each loss within
-# bar (default 0.01: 1%) of the reference run's at the same step.
+# losses_close "what" ref.jsonl other.jsonl STEPS [TOLERANCE]: STEPS losses logged, each within TOLERANCE
+# (relative, default 0.01) of the reference's.
 losses_close() {
-    local what="$1" ref="$2" other="$3" steps="$4" bar="${5:-0.01}" worst
+    local what="$1" ref="$2" other="$3" steps="$4" tolerance="${5:-0.01}" worst
     checks=$((checks + 1))
     worst=$(paste <(losses "$ref") <(losses "$other") |
-            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.5f", m}')
-    if [[ $(losses "$other" | wc -l) -eq $steps ]] && awk -v w="$worst" -v b="$bar" 'BEGIN {exit !(w <= b)}'; then
+            awk '{d = $2 - $4; if (d < 0) d = -d; r = d / $2; if (r > m) m = r} END {printf "%.7f", m}')
+    if [[ $(losses "$other" | wc -l) -eq $steps ]] && awk -v w="$worst" -v t="$tolerance" 'BEGIN {exit !(w <= t)}'; then
         echo "ok   $what (worst relative loss gap $worst)"
     else
         fail "$what: worst relative loss gap $worst over $(losses "$other" | wc -l) of $steps steps"
@@ -631,6 +639,7 @@ test_data_parallel_cuda() {
     fi
     gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
     data_parallel_checks cuda
+    zero_checks cuda
     if [[ $gpus -lt 8 ]]; then
         expect_fail "--data-parallel $((gpus + 1)) on $gpus GPU(s)" "ranks need $((gpus + 1)) CUDA devices, this machine has $gpus" \
             train "${common[@]}" --device cuda --data-parallel $((gpus + 1)) --checkpoint-dir dpbad
@@ -716,7 +725,153 @@ test_moe_cuda() {
         gmpart/checkpoint.bin
 }
 
+# ---------------------------------------------------------------------------
+# ZeRO-1 on one device kind ($1 = cpu or cuda).
+zero_checks() {
+    local kind="$1" dev=(--device "$1") tag="${1}z"
+    if [[ ! -f ${kind}dp1/metrics.jsonl ]]; then # (data_parallel_checks made it)
+        expect_ok "$kind: --data-parallel 1, 4 steps" train "${common[@]}" "${dev[@]}" --data-parallel 1 --steps 4 \
+            --checkpoint-dir "${kind}dp1" || return
+    fi
+    expect_ok "$kind: --data-parallel 1 --zero 1, 4 steps" train "${common[@]}" "${dev[@]}" --data-parallel 1 --zero 1 \
+        --steps 4 --checkpoint-dir "${tag}1" || return
+    grep -qF "ZeRO-1" out.txt || fail "$kind: the banner does not say ZeRO-1: $(head -n 1 out.txt)"
+    losses_close "$kind: ZeRO-1 on one rank: the plain run's losses" "${kind}dp1/metrics.jsonl" "${tag}1/metrics.jsonl" 4 1e-5
+    [[ $kind == cuda && ${gpus:-0} -lt 2 ]] && { echo "SKIP: 2-rank ZeRO-1 GPU checks: ${gpus:-0} GPU(s) here"; return; }
+    local ranks
+    for ranks in 2 3; do # 3: shards of unequal size
+        [[ $kind == cuda && $ranks -gt ${gpus:-0} ]] && continue
+        local r=(--batch 1 --steps 6 --data-parallel "$ranks")
+        expect_ok "$kind: $ranks ranks, plain" train "${common[@]}" "${dev[@]}" "${r[@]}" --checkpoint-dir "${tag}p$ranks" || return
+        expect_ok "$kind: $ranks ranks, ZeRO-1" train "${common[@]}" "${dev[@]}" "${r[@]}" --zero 1 \
+            --checkpoint-dir "${tag}z$ranks" || return
+        losses_close "$kind: ZeRO-1 on $ranks ranks: the losses of plain data parallelism" "${tag}p$ranks/metrics.jsonl" \
+            "${tag}z$ranks/metrics.jsonl" 6 1e-5
+    done
+    local two=(--batch 1 --steps 6 --data-parallel 2 --zero 1)
+    expect_ok "$kind: ZeRO-1 on 2 ranks stopped at step 3" train "${common[@]}" "${dev[@]}" "${two[@]}" --stop-at 3 \
+        --checkpoint-dir "${tag}part" || return
+    cp -r "${tag}part" "${tag}plainpart"
+    expect_ok "$kind: ZeRO-1 resumed" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 --eval-every 2 \
+        --eval-batches 1 --threads 2 "${dev[@]}" --zero 1 --checkpoint-dir "${tag}part" --resume || return
+    same_file "$kind: ZeRO-1 stopped + resumed is bit-identical to uninterrupted" "${tag}z2/checkpoint.bin" \
+        "${tag}part/checkpoint.bin"
+    expect_ok "$kind: a ZeRO-1 checkpoint resumed without ZeRO" train --data corpus.txt --tokenizer tok.bin \
+        --sample-tokens 0 --eval-every 2 --eval-batches 1 --threads 2 "${dev[@]}" --checkpoint-dir "${tag}plainpart" \
+        --resume || return
+    losses_close "$kind: the same file format: plain data parallelism continues a ZeRO-1 run" "${tag}z2/metrics.jsonl" \
+        "${tag}plainpart/metrics.jsonl" 6 1e-5
+}
+
+test_zero() {
+    zero_checks cpu
+    expect_usage "--zero 1 shards the optimizer over data-parallel ranks" train "${common[@]}" --zero 1 \
+        --checkpoint-dir zbad
+    expect_usage "--zero must be between 0 and 1 (got 2)" train "${common[@]}" --zero 2 --data-parallel 2 \
+        --checkpoint-dir zbad
+}
+
+# ---------------------------------------------------------------------------
+# Ranks started as a launcher starts them.
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null ||
+        echo $((20000 + RANDOM % 30000))
+}
+
+# launch_pair DIR args...: ranks 0 and 1 of 2 on 127.0.0.1, run directory DIR; their stdout and stderr in
+# DIR.<rank>.out / .err, their exit codes in rc0 and rc1 (124: one hung).
+launch_pair() {
+    local dir="$1" port
+    shift
+    port=$(free_port)
+    WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=1 LOCAL_RANK=1 timeout 120 "$bin" train "$@" \
+        --checkpoint-dir "$dir" >"$dir.1.out" 2>"$dir.1.err" &
+    local pid1=$!
+    WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=0 LOCAL_RANK=0 timeout 120 "$bin" train "$@" \
+        --checkpoint-dir "$dir" >"$dir.0.out" 2>"$dir.0.err"
+    rc0=$?
+    wait $pid1
+    rc1=$?
+}
+
+launched_ok() { # launched_ok "what" DIR: both ranks ended well
+    checks=$((checks + 1))
+    if [[ $rc0 -eq 0 && $rc1 -eq 0 ]]; then
+        echo "ok   $1"
+    else
+        fail "$1: exit codes $rc0 $rc1: $(cat "$2.0.err" "$2.1.err")"
+        return 1
+    fi
+}
+
+test_launch() {
+    local two=(--batch 1 --steps 6)
+    expect_ok "--data-parallel 2, 6 steps" train "${common[@]}" "${two[@]}" --data-parallel 2 --checkpoint-dir lref || return
+    launch_pair lenv "${common[@]}" "${two[@]}"
+    launched_ok "2 launched ranks, 6 steps" lenv || return
+    grep -qF "data parallel over 2 launched cpu ranks (TCP)" lenv.0.out ||
+        fail "the banner does not say launched ranks: $(head -n 1 lenv.0.out)"
+    [[ -s lenv.1.out ]] && fail "rank 1 printed on stdout: $(head -n 3 lenv.1.out)"
+    same_file "launched ranks are bit-identical to --data-parallel 2" lref/checkpoint.bin lenv/checkpoint.bin
+    expect_ok "--data-parallel 2 --zero 1" train "${common[@]}" "${two[@]}" --data-parallel 2 --zero 1 \
+        --checkpoint-dir lzref || return
+    launch_pair lzenv "${common[@]}" "${two[@]}" --zero 1
+    launched_ok "2 launched ranks, ZeRO-1" lzenv || return
+    same_file "launched ZeRO-1 ranks are bit-identical to forked ones" lzref/checkpoint.bin lzenv/checkpoint.bin
+    launch_pair lenv "${common[@]}" --batch 1 --steps 8 --resume
+    launched_ok "2 launched ranks resumed" lenv
+    grep -qF "resumed from lenv/checkpoint.bin at step 6" lenv.0.out || fail "no resume line: $(cat lenv.0.out)"
+
+    # rank 1 exits abruptly: rank 0 stops at once, naming it
+    local t0=$SECONDS
+    launch_pair ldie "${common[@]}" --batch 1 --steps 8 --inject-rank-exit 5
+    checks=$((checks + 1))
+    if [[ $rc0 -eq 1 && $rc1 -eq 3 ]] && grep -qF "step 5: data parallel: rank 1 closed its connection" ldie.0.err; then
+        echo "ok   launched rank 1 exits: rank 0 stops (rc 1 after $((SECONDS - t0)) s): $(cat ldie.0.err)"
+    else
+        fail "launched rank 1 exits: exit codes $rc0 $rc1 (124 = hung): $(cat ldie.0.err ldie.1.err)"
+    fi
+    # rank 0 is killed: rank 1 stops, naming it
+    local port pid0 pid1
+    port=$(free_port)
+    local slow=(train "${common[@]}" --batch 1 --threads 1 --grad-accum 8 --steps 100000 --log-every 1 --eval-every 0
+                --checkpoint-every 0 --checkpoint-dir lkill)
+    WORLD_SIZE=2 MASTER_PORT=$port RANK=1 timeout 120 "$bin" "${slow[@]}" >lkill.1.out 2>lkill.1.err &
+    pid1=$!
+    WORLD_SIZE=2 MASTER_PORT=$port RANK=0 "$bin" "${slow[@]}" >lkill.0.out 2>lkill.0.err &
+    pid0=$!
+    wait_for lkill.0.out '^step +2/' 120 || fail "rank 0 did not reach step 2: $(cat lkill.0.out lkill.*.err)"
+    kill -KILL $pid0
+    { wait $pid0; } 2>/dev/null # (no "Killed" from the shell)
+    wait $pid1
+    rc1=$?
+    checks=$((checks + 1))
+    if [[ $rc1 -eq 1 ]] && grep -qF "rank 1: step" lkill.1.err && grep -qF "rank 0 closed its connection" lkill.1.err; then
+        echo "ok   launched rank 0 killed: rank 1 stops: $(cat lkill.1.err)"
+    else
+        fail "launched rank 0 killed: rank 1 exit code $rc1 (124 = hung): $(cat lkill.1.err)"
+    fi
+
+    # one rank of one: the plain run
+    expect_ok "plain run, 4 steps" train "${common[@]}" --steps 4 --checkpoint-dir lone || return
+    RANK=0 WORLD_SIZE=1 "$bin" train "${common[@]}" --steps 4 --checkpoint-dir lone1 >out.txt 2>err.txt
+    checks=$((checks + 1))
+    [[ $? -eq 0 ]] && echo "ok   RANK=0 WORLD_SIZE=1" || fail "RANK=0 WORLD_SIZE=1: $(cat err.txt)"
+    same_file "one launched rank is bit-identical to the plain run" lone/checkpoint.bin lone1/checkpoint.bin
+    export RANK=0
+    expect_usage "a launcher sets both RANK and WORLD_SIZE; only RANK is set" train "${common[@]}" --checkpoint-dir lbad
+    export WORLD_SIZE=2
+    expect_usage "each process is one rank: leave --data-parallel out" train "${common[@]}" --data-parallel 2 \
+        --checkpoint-dir lbad
+    export RANK=2
+    expect_fail "RANK 2 of WORLD_SIZE 2" "a rank 0 <= RANK < WORLD_SIZE" train "${common[@]}" --checkpoint-dir lbad
+    unset RANK WORLD_SIZE
+}
+
 case "$group" in
+    zero) test_zero ;;
+    launch) test_launch ;;
     cuda) test_cuda ;;
     dp) test_data_parallel ;;
     dp_cuda) test_data_parallel_cuda ;;

@@ -2,7 +2,9 @@
  * test_data_parallel.c - the ranks of src/train/data_parallel.c on the CPU:
  * three forked workers average a buffer whose length does not divide by
  * three (the result must be the rank-ordered float sum over 3, the same bits
- * on every rank), broadcast rank 0's buffer, sum host scalars in rank order,
+ * on every rank), reduce-scatter it (each rank's shard: the same bits as the
+ * all-reduce; shards aligned, the last one taking the remainder) and
+ * all-gather shards, broadcast rank 0's buffer, sum host scalars in rank order,
  * refuse a buffer longer than they connected for; a worker that dies while
  * the others wait in a barrier ends the run with a failure, promptly; bad
  * rank counts are refused.
@@ -13,6 +15,7 @@
  * the supervisor (this process) sees them all through dp_launch's.
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -43,6 +46,33 @@ static int worker(dp_group *g) {
         const float want = sum / (float)kRanks;
         if (memcmp(&data[i], &want, sizeof want) != 0) bad |= 2;
     }
+    /* shards: contiguous, aligned, covering the buffer */
+    size_t lo, hi, end = 0;
+    for (int r = 0; r < kRanks; ++r) {
+        dp_shard_range(g, r, kCount, &lo, &hi);
+        if (lo != end || (r < kRanks - 1 && (hi - lo) % DP_SHARD_ALIGN != 0) || hi < lo) bad |= 64;
+        end = hi;
+    }
+    if (end != kCount) bad |= 64;
+    /* reduce-scatter: this rank's shard holds the all-reduce's bits */
+    dp_shard_range(g, g->rank, kCount, &lo, &hi);
+    for (int i = 0; i < kCount; ++i) data[i] = value_of(g->rank, i);
+    if (dp_reduce_scatter_mean(g, data, kCount) != BFP8_OK) bad |= 128;
+    for (size_t i = lo; i < hi; ++i) {
+        float sum = value_of(0, (int)i);
+        for (int r = 1; r < kRanks; ++r) sum += value_of(r, (int)i);
+        const float want = sum / (float)kRanks;
+        if (memcmp(&data[i], &want, sizeof want) != 0) bad |= 128;
+    }
+    /* all-gather: each rank's shard of its own values, put together */
+    for (int i = 0; i < kCount; ++i) data[i] = -1.0f;
+    for (size_t i = lo; i < hi; ++i) data[i] = value_of(g->rank, (int)i);
+    if (dp_all_gather(g, data, kCount) != BFP8_OK) bad |= 256;
+    for (int r = 0; r < kRanks; ++r) {
+        dp_shard_range(g, r, kCount, &lo, &hi);
+        for (size_t i = lo; i < hi; ++i)
+            if (data[i] != value_of(r, (int)i)) bad |= 256;
+    }
     /* broadcast: everyone ends with rank 0's values */
     for (int i = 0; i < kCount; ++i) data[i] = value_of(g->rank, i) * 3.0f;
     if (dp_broadcast(g, data, kCount) != BFP8_OK) bad |= 4;
@@ -50,7 +80,7 @@ static int worker(dp_group *g) {
         if (data[i] != value_of(0, i) * 3.0f) bad |= 8;
     /* scalars: sums in rank order */
     double v[2] = {(double)g->rank, 0.25 * (double)g->rank + 1.0};
-    dp_sum_scalars(g, v, 2);
+    if (dp_sum_scalars(g, v, 2) != BFP8_OK) bad |= 16;
     if (v[0] != 3.0 || v[1] != 0.25 * 3.0 + 3.0) bad |= 16;
     /* more than the connection holds: refused, nothing else happens */
     if (dp_allreduce_mean(g, data, kCapacity + 1) != BFP8_ERR_INVALID_VALUE) bad |= 32;
@@ -58,7 +88,8 @@ static int worker(dp_group *g) {
     free(data);
     dp_close(g);
     bfp8_context_destroy(ctx);
-    return bad ? 20 + bad : 0;
+    if (bad) fprintf(stderr, "rank %d: failed checks 0x%x\n", g->rank, (unsigned)bad);
+    return bad ? 1 : 0;
 }
 
 static double now_seconds(void) {

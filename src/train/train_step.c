@@ -1,0 +1,35 @@
+/*
+ * train_step.c - the optimizer step across the ranks (train_step.h).
+ */
+#include "train/train_step.h"
+
+#include <signal.h>
+
+#include "internal.h"
+#include "model/model_profile.h"
+
+bfp8_status train_step_exchange(const train_step_ranks *t, model *m, double *loss_sum, int *stop_signal) {
+    if (!t->dp) return BFP8_OK;
+    double sums[2] = {*loss_sum, *stop_signal != 0};
+    if (t->zero) {
+        BFP8_TRY(zero_reduce_gradients(t->zero));
+    } else {
+        model_profile_mark(&m->oc, MODEL_PROFILE_COMMUNICATION);
+        const bfp8_status st = dp_allreduce_mean(t->dp, m->grads, m->num_params);
+        model_profile_mark(&m->oc, MODEL_PROFILE_NONE);
+        BFP8_TRY(st);
+    }
+    BFP8_TRY(dp_sum_scalars(t->dp, sums, 2));
+    *loss_sum = sums[0] / (double)t->dp->world;
+    if (sums[1] > 0.0 && !*stop_signal) *stop_signal = SIGTERM; /* another rank's */
+    return BFP8_OK;
+}
+
+bfp8_status train_step_gradient_norm(const train_step_ranks *t, model *m, double *norm) {
+    return t->zero ? zero_gradient_norm(t->zero, norm) : model_gradient_norm(m, norm);
+}
+
+bfp8_status train_step_adamw(const train_step_ranks *t, model *m, const adamw_hparams *h, float grad_scale,
+                             int64_t step) {
+    return t->zero ? zero_adamw_step(t->zero, h, grad_scale, step) : model_adamw_step(m, h, grad_scale, step);
+}

@@ -1,0 +1,31 @@
+/*
+ * train_step.h - the optimizer step of `blockfp8 train` across its ranks:
+ * the gradient exchange, the global gradient norm and AdamW, for one
+ * process, plain data parallelism (every rank updates every weight) or
+ * ZeRO-1 (each rank its shard: zero_optimizer.h).
+ */
+#ifndef BFP8_TRAIN_TRAIN_STEP_H
+#define BFP8_TRAIN_TRAIN_STEP_H
+
+#include "model/model.h"
+#include "train/data_parallel.h"
+#include "train/zero_optimizer.h"
+
+typedef struct train_step_ranks {
+    dp_group *dp;         /* NULL: one process */
+    zero_optimizer *zero; /* NULL: the model's own AdamW */
+} train_step_ranks;
+
+/* The mean gradient over the ranks (ZeRO-1: of this rank's shard), *loss_sum
+ * summed over them and *stop_signal set when any rank has one (SIGTERM for
+ * another rank's). Nothing to do for one process. */
+bfp8_status train_step_exchange(const train_step_ranks *t, model *m, double *loss_sum, int *stop_signal);
+
+/* The global L2 norm of the mean gradient, the same on every rank. */
+bfp8_status train_step_gradient_norm(const train_step_ranks *t, model *m, double *norm);
+
+/* AdamW with the gradients scaled by grad_scale; every rank ends with the same weights. */
+bfp8_status train_step_adamw(const train_step_ranks *t, model *m, const adamw_hparams *h, float grad_scale,
+                             int64_t step);
+
+#endif /* BFP8_TRAIN_TRAIN_STEP_H */
