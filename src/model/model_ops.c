@@ -15,6 +15,7 @@
 #include "model/cross_entropy.h"
 #include "model/embedding.h"
 #include "model/matmul.h"
+#include "model/matmul_bf16.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 #include "model/swiglu.h"
@@ -67,6 +68,7 @@ const model_ops model_ops_cpu = {
     .cross_entropy_forward = cross_entropy_forward,
     .cross_entropy_backward = cross_entropy_backward,
     .matmul_f32 = matmul_f32,
+    .matmul_bf16 = matmul_bf16,
     .transpose_f32 = transpose_f32,
     .adamw_update = adamw_update,
     .gradient_global_norm = gradient_global_norm,
@@ -93,6 +95,7 @@ static const model_ops model_ops_cuda_table = {
     .cross_entropy_forward = cross_entropy_forward_cuda,
     .cross_entropy_backward = cross_entropy_backward_cuda,
     .matmul_f32 = matmul_f32_cuda,
+    .matmul_bf16 = matmul_bf16_cuda,
     .transpose_f32 = transpose_f32_cuda,
     .adamw_update = adamw_update_cuda,
     .gradient_global_norm = gradient_global_norm_cuda,

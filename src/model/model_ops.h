@@ -5,7 +5,7 @@
  * Every op takes a model_ops_ctx (model_ops_ctx.h) as its first argument,
  * and every CUDA function has exactly the signature of its CPU reference
  * (the functions in rmsnorm.h, rope.h, attention.h, swiglu.h,
- * cross_entropy.h, embedding.h, adamw.h and matmul.h) and computes the same
+ * cross_entropy.h, embedding.h, adamw.h, matmul.h and matmul_bf16.h) and computes the same
  * thing within fp32 rounding; its pointers are device pointers (memory from
  * bfp8_malloc of a CUDA context), and it runs asynchronously on the
  * context's stream, except the two functions that return a number
@@ -61,6 +61,9 @@ typedef struct model_ops {
                                    int64_t tokens, int64_t vocab, float scale);
     void (*matmul_f32)(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
                        const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+    void (*matmul_bf16)(model_ops_ctx *oc, float *c, int64_t ldc, const uint16_t *a, int64_t lda, int a_transposed,
+                        const uint16_t *b, int64_t ldb, int b_transposed, int64_t M, int64_t N, int64_t K, float alpha,
+                        int accumulate);
     void (*transpose_f32)(model_ops_ctx *oc, float *dst, const float *src, int64_t rows, int64_t cols);
     void (*adamw_update)(model_ops_ctx *oc, float *param, const float *grad, float *m, float *v, size_t n,
                          const adamw_hparams *h, float grad_scale, int64_t step, int decay);
@@ -132,6 +135,9 @@ void cross_entropy_backward_cuda(model_ops_ctx *oc, float *dlogits, const float 
                                  int64_t tokens, int64_t vocab, float scale);
 void matmul_f32_cuda(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
                      const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+void matmul_bf16_cuda(model_ops_ctx *oc, float *c, int64_t ldc, const uint16_t *a, int64_t lda, int a_transposed,
+                      const uint16_t *b, int64_t ldb, int b_transposed, int64_t M, int64_t N, int64_t K, float alpha,
+                      int accumulate);
 void transpose_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t rows, int64_t cols);
 void adamw_update_cuda(model_ops_ctx *oc, float *param, const float *grad, float *m, float *v, size_t n,
                        const adamw_hparams *h, float grad_scale, int64_t step, int decay);

@@ -1,8 +1,8 @@
 /*
  * test_model_ops_gpu.c - the model's CUDA operations (src/model/cuda/
  * model_kernels.cu, declared in model_ops.h) against their CPU references,
- * op by op: embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, fp32 matmul and
- * transpose, AdamW, the gradient norm, copies and bf16 conversions.
+ * op by op: embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, fp32 and
+ * bf16-operand matmul, transpose, AdamW, the gradient norm, copies and bf16 conversions.
  * Attention has its own test (test_attention_gpu.c).
  *
  * Each case draws random inputs on ragged shapes, gives the CPU reference
@@ -39,6 +39,7 @@
 #include "model/cross_entropy.h"
 #include "model/embedding.h"
 #include "model/matmul.h"
+#include "model/matmul_bf16.h"
 #include "model/model_ops.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
@@ -533,6 +534,48 @@ static void test_matmul(test_rng *rng) {
     print_summary(&sum);
 }
 
+/* bf16 operands: every product of two bf16 values is exact in fp32, so both
+ * sides sum the same terms, in another order: the fp32 bound. */
+static void test_matmul_bf16(test_rng *rng) {
+    const double tol = 1e-5;
+    op_summary sum = {"matmul_bf16", "(row-relative; bound 1e-5)", 0, 0};
+    const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {127, 64, 96}, {130, 1000, 127}, {64, 130, 2048}, {5, 3, 0}};
+    for (int si = 0; si < COUNT_OF(shapes); ++si)
+        for (int form = 0; form < 8; ++form) {
+            const int a_transposed = form & 1, b_transposed = form >> 1 & 1, accumulate = form >> 2 & 1;
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const float alpha = accumulate ? 0.75f : 1.0f;
+            const int64_t lda = (a_transposed ? M : K) + 3, ldb = (b_transposed ? K : N) + 5, ldc = N + 2;
+            const int64_t a_n = (a_transposed ? K : M) * lda, b_n = (b_transposed ? N : K) * ldb, c_n = M * ldc;
+            float *af = random_floats(a_n, 1.0f, rng), *bf = random_floats(b_n, 1.0f, rng);
+            float *c = random_floats(c_n, 1.0f, rng);
+            uint16_t *a = test_malloc((size_t)(a_n > 0 ? a_n : 1) * sizeof(uint16_t));
+            uint16_t *b = test_malloc((size_t)(b_n > 0 ? b_n : 1) * sizeof(uint16_t));
+            for (int64_t i = 0; i < a_n; ++i) a[i] = bfp8_encode_bf16(af[i]);
+            for (int64_t i = 0; i < b_n; ++i) b[i] = bfp8_encode_bf16(bf[i]);
+            uint16_t *d_a = dev_copy_of(a, (size_t)(a_n > 0 ? a_n : 1) * sizeof(uint16_t));
+            uint16_t *d_b = dev_copy_of(b, (size_t)(b_n > 0 ? b_n : 1) * sizeof(uint16_t));
+            float *d_c = dev_copy_of(c, (size_t)c_n * sizeof(float));
+            float *got = test_malloc((size_t)c_n * sizeof(float));
+
+            matmul_bf16(NULL, c, ldc, a, lda, a_transposed, b, ldb, b_transposed, M, N, K, alpha, accumulate);
+            matmul_bf16_cuda(&g_oc, d_c, ldc, d_a, lda, a_transposed, d_b, ldb, b_transposed, M, N, K, alpha,
+                             accumulate);
+            finish_op("matmul_bf16_cuda");
+            to_host(got, d_c, (size_t)c_n * sizeof(float));
+            const double err = row_error(c, got, M, ldc);
+            CHECK(err <= tol, "matmul_bf16 M %lld N %lld K %lld a_t %d b_t %d accumulate %d: error %g", (long long)M,
+                  (long long)N, (long long)K, a_transposed, b_transposed, accumulate, err);
+            note(&sum, err);
+
+            bfp8_free(g_ctx, d_a);
+            bfp8_free(g_ctx, d_b);
+            bfp8_free(g_ctx, d_c);
+            free(af), free(bf), free(a), free(b), free(c), free(got);
+        }
+    print_summary(&sum);
+}
+
 static void test_transpose(test_rng *rng) {
     op_summary sum = {"transpose_f32", "(differing floats; must be 0)", 0, 0};
     const int64_t rows_list[] = {1, 3, 127, 130, 1000}, cols_list[] = {1, 33, 64, 1000};
@@ -830,6 +873,8 @@ static void test_empty_sizes(void) {
     cross_entropy_backward_cuda(&g_oc, NULL, NULL, NULL, 0, 10, 1.0f);
     matmul_f32_cuda(&g_oc, NULL, 4, NULL, 4, 0, NULL, 4, 0, 4, 4, 0);
     matmul_f32_cuda(&g_oc, NULL, 4, NULL, 4, 1, NULL, 4, 4, 0, 4, 1);
+    matmul_bf16_cuda(&g_oc, NULL, 4, NULL, 4, 0, NULL, 4, 1, 0, 4, 4, 1.0f, 0);
+    matmul_bf16_cuda(&g_oc, NULL, 4, NULL, 4, 1, NULL, 4, 0, 4, 0, 4, 1.0f, 1);
     transpose_f32_cuda(&g_oc, NULL, NULL, 0, 7);
     const adamw_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     adamw_update_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, &h, 1.0f, 1, 1);
@@ -864,6 +909,7 @@ int main(void) {
     test_swiglu(&rng);
     test_cross_entropy(&rng);
     test_matmul(&rng);
+    test_matmul_bf16(&rng);
     test_transpose(&rng);
     test_adamw(&rng);
     test_gradient_norm(&rng);
