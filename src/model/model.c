@@ -474,7 +474,10 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
     PROFILE(oc, HEAD_LOSS);
     ops->transpose_f32(oc, a->head_t, m->head, V, D);
     ops->matmul_f32(oc, a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
-    if (targets && loss) *loss = ops->cross_entropy_forward(oc, a->row_losses, a->logits, a->targets, M, V);
+    if (targets && loss) {
+        ops->cross_entropy_rows(oc, a->row_losses, NULL, BFP8_F32, a->logits, a->targets, M, V, 0.0f);
+        *loss = ops->loss_mean(oc, a->row_losses, M);
+    }
     PROFILE(oc, NONE);
     return model_ops_status(&m->oc);
 }
@@ -497,7 +500,7 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
 
     float *dlogits = a->logits;
     PROFILE(oc, HEAD_LOSS);
-    ops->cross_entropy_backward(oc, dlogits, a->logits, a->targets, M, V, loss_scale / (float)M);
+    ops->cross_entropy_rows(oc, a->row_losses, dlogits, BFP8_F32, a->logits, a->targets, M, V, loss_scale / (float)M);
     ops->matmul_f32(oc, m->d_head, D, dlogits, V, 1, a->final_out, D, V, D, M, 1);
     ops->matmul_f32(oc, a->grad_a, D, dlogits, V, 0, m->head, D, M, D, V, 0);
     float *dres = a->grad_residual;
