@@ -53,7 +53,7 @@ static int64_t widest_row(const model_config *c) {
 
 static void plan_activations(model *m, arena_plan *a) {
     const model_config *c = &m->config;
-    const int64_t L = c->n_layers, D = c->dim, F = c->ffn_hidden, V = c->vocab_size;
+    const int64_t L = c->n_layers, D = c->dim, F = c->ffn_hidden;
     const int64_t B = m->options.max_batch, T = m->options.max_seq, M = B * T;
     const int64_t W = widest_row(c);
     model_activations *act = &m->act;
@@ -77,8 +77,8 @@ static void plan_activations(model *m, arena_plan *a) {
     }
     act->final_rstd = take_floats(a, M);
     act->final_out = take_floats(a, M * D);
-    act->logits = take_floats(a, M * V);
-    act->row_losses = take_floats(a, M);
+    void *head_buffers = arena_take(a, head_loss_buffer_bytes(&m->head_layer));
+    if (a->base) head_loss_carve(&m->head_layer, head_buffers);
     act->work_in = take_floats(a, M * W);
     act->grad_a = take_floats(a, M * W);
     act->grad_b = take_floats(a, M * W);
@@ -86,7 +86,6 @@ static void plan_activations(model *m, arena_plan *a) {
     act->attn_scratch = take_floats(a, m->options.flash_attention
                                            ? flash_attention_scratch_floats(B, T, c->n_heads, D / c->n_heads)
                                            : attention_scratch_floats(B, T, c->n_heads, D / c->n_heads));
-    act->head_t = take_floats(a, D * V);
     act->tokens = arena_take(a, (size_t)M * sizeof(int32_t));
     act->targets = arena_take(a, (size_t)M * sizeof(int32_t));
     /* bf16 boundaries: the recipes with a bf16 GEMM only */
@@ -215,6 +214,16 @@ bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *con
                              (long long)head_dim, on_cpu ? ", on the CPU" : "");
         }
     }
+    if ((unsigned)options->head_products > MODEL_HEAD_BF16) {
+        free(m);
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_create: unknown head products %d", (int)options->head_products);
+    }
+    /* the head: bf16 products on CUDA unless fp32 is asked for, or exact linear layers (gradient checks) */
+    const int head_bf16 = options->head_products == MODEL_HEAD_BF16 ||
+                          (options->head_products == MODEL_HEAD_AUTO && m->ops != &model_ops_cpu &&
+                           !options->exact_linears);
+    head_loss_init(&m->head_layer, config->dim, config->vocab_size, options->max_batch * options->max_seq, head_bf16,
+                   0);
     model_ops_ctx_init(&m->oc, ctx, options->tf32, options->flash_attention);
     if (options->profile && model_profile_create(&m->oc) != BFP8_OK) {
         free(m);
@@ -375,8 +384,10 @@ bfp8_status model_sync_weights(model *m) {
         BFP8_TRY(model_linear_set_weight(&blk->gate_up));
         BFP8_TRY(model_linear_set_weight(&blk->down));
     }
+    PROFILE(&m->oc, HEAD_LOSS);
+    head_loss_sync_weight(&m->head_layer, m->ops, &m->oc, m->head);
     PROFILE(&m->oc, NONE);
-    return BFP8_OK;
+    return model_ops_status(&m->oc);
 }
 
 /* w[k] = scale * the k-th normal of rng's stream (two draws each), the same
@@ -520,9 +531,7 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
     PROFILE(oc, ELEMENTWISE);
     ops->rmsnorm_forward(oc, a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D, c->norm_eps);
     PROFILE(oc, HEAD_LOSS);
-    ops->transpose_f32(oc, a->head_t, m->head, V, D);
-    ops->matmul_f32(oc, a->logits, V, a->final_out, D, 0, a->head_t, V, M, V, D, 0);
-    if (targets && loss) *loss = ops->cross_entropy_forward(oc, a->row_losses, a->logits, a->targets, M, V);
+    head_loss_forward(&m->head_layer, ops, oc, m->head, a->final_out, targets ? a->targets : NULL, M, loss);
     PROFILE(oc, NONE);
     return model_ops_status(&m->oc);
 }
@@ -530,7 +539,7 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
 bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
                            float loss_scale, int accumulate) {
     const model_config *c = &m->config;
-    const int64_t D = c->dim, F = c->ffn_hidden, V = c->vocab_size, H = c->n_heads;
+    const int64_t D = c->dim, F = c->ffn_hidden, H = c->n_heads;
     const int64_t batch = m->last_batch, seq = m->last_seq, hd = D / H, M = batch * seq;
     if (M == 0) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_backward: no forward before it");
     model_activations *a = &m->act;
@@ -543,11 +552,9 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     PROFILE(oc, ELEMENTWISE);
     if (!accumulate) ops->zero_f32(oc, m->grads, (int64_t)m->num_params);
 
-    float *dlogits = a->logits;
     PROFILE(oc, HEAD_LOSS);
-    ops->cross_entropy_backward(oc, dlogits, a->logits, a->targets, M, V, loss_scale / (float)M);
-    ops->matmul_f32(oc, m->d_head, D, dlogits, V, 1, a->final_out, D, V, D, M, 1);
-    ops->matmul_f32(oc, a->grad_a, D, dlogits, V, 0, m->head, D, M, D, V, 0);
+    BFP8_TRY(head_loss_backward(&m->head_layer, ops, oc, a->grad_a, m->d_head, m->head, a->final_out, a->targets,
+                                loss_scale));
     float *dres = a->grad_residual;
     PROFILE(oc, ELEMENTWISE);
     ops->zero_f32(oc, dres, M * D);
@@ -586,12 +593,9 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     return model_ops_status(&m->oc);
 }
 
-const float *model_logits(const model *m) { return m->act.logits; }
-
 bfp8_status model_logits_row(const model *m, int64_t row, float *host_dst) {
-    const int64_t V = m->config.vocab_size;
     if (row < 0 || row >= m->last_batch * m->last_seq)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_logits_row: row %lld of %lld", (long long)row,
                          (long long)(m->last_batch * m->last_seq));
-    return bfp8_copy_to_host(m->ctx, host_dst, m->act.logits + row * V, (size_t)V * sizeof *host_dst);
+    return head_loss_logits_row(&m->head_layer, m->ctx, row, host_dst);
 }

@@ -6,7 +6,9 @@
  * final RMSNorm and an untied output head.
  *
  * The four linear layers of each block run through bfp8_linear with the
- * chosen recipe; embedding, norms, attention, head and loss stay fp32.
+ * chosen recipe; embedding, norms and attention stay fp32; the output head
+ * and the loss are one layer (head_loss.h), fp32 or, CUDA's default, with
+ * bf16 products.
  * From block config.moe.dense_layers on, an MoE model's blocks replace the
  * MLP by a mixture of experts (model_moe.h).
  * Parameters, gradients and AdamW moments live in one arena allocated at
@@ -22,10 +24,18 @@
 #include <stdint.h>
 
 #include "blockfp8.h"
+#include "model/head_loss.h"
 #include "model/model_config.h"
 #include "model/model_linear.h"
 #include "model/model_ops.h"
 #include "model/model_profile.h"
+
+/* The output head's products (head_loss.h). */
+typedef enum model_head_products {
+    MODEL_HEAD_AUTO = 0, /* bf16 on CUDA, fp32 on the CPU and with exact_linears */
+    MODEL_HEAD_F32 = 1,  /* fp32 (TF32 with tf32) */
+    MODEL_HEAD_BF16 = 2  /* bf16 operands, fp32 sums (on the CPU: the reference of the CUDA form) */
+} model_head_products;
 
 typedef struct model_options {
     bfp8_recipe recipe;
@@ -39,6 +49,7 @@ typedef struct model_options {
     int no_adamw_state;  /* 1: the arena holds no AdamW moments (adam_m, adam_v NULL): the caller keeps them,
                           * e.g. a ZeRO-1 shard; model_adamw_step and the moments of model_copy_state and
                           * model_load_state are then refused */
+    model_head_products head_products;
 } model_options;
 
 /* One parameter tensor: where it sits in the arena and whether AdamW decays it. */
@@ -67,13 +78,10 @@ typedef struct model_activations {
     float **gate_up;       /* n_layers of tokens x 2 ffn */
     float *final_rstd;     /* tokens */
     float *final_out;      /* tokens x dim */
-    float *logits;         /* tokens x vocab; dlogits after backward */
-    float *row_losses;     /* tokens */
     float *work_in;        /* tokens x widest: a linear layer's fp32 input */
     float *grad_a, *grad_b;/* tokens x widest */
     float *grad_residual;  /* tokens x dim */
     float *attn_scratch;   /* attention_scratch_floats() */
-    float *head_t;         /* dim x vocab (the head, transposed) */
     int32_t *tokens, *targets; /* tokens: the last forward's ids, in backend memory */
 } model_activations;
 
@@ -99,6 +107,7 @@ typedef struct model {
     void *act_arena;
     model_activations act;
     model_linear_scratch linear_scratch;
+    head_loss head_layer; /* the head's bf16 copy, logits, dlogits, row losses: in the activation arena */
     int64_t last_batch, last_seq; /* shape of the last forward */
 } model;
 
@@ -115,7 +124,7 @@ size_t model_activation_arena_bytes(const model *m);
 bfp8_status model_init_weights(model *m, uint64_t seed);
 
 /* After any change of the fp32 parameters: every linear layer re-quantizes
- * (or re-rounds) its weight. */
+ * (or re-rounds) its weight, and the head makes its bf16 copy. */
 bfp8_status model_sync_weights(model *m);
 
 /* tokens, targets: batch x seq token ids. With targets, *loss is the mean
@@ -128,10 +137,11 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
 bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
                            float loss_scale, int accumulate);
 
-/* Logits of the last forward: batch*seq rows of vocab_size (before backward),
- * in backend memory. */
-const float *model_logits(const model *m);
-/* Row `row` of the last forward's logits (vocab_size floats) into host memory. */
+/* Row `row` of the last forward's logits (vocab_size floats) into host
+ * memory, before the backward. The fp32 head keeps every row; the bf16 head
+ * the last chunk's (head_loss.h): after a forward without targets its last
+ * head_layer.chunk_tokens rows, the last row always (what sampling reads);
+ * BFP8_ERR_INVALID_VALUE for another one. */
 bfp8_status model_logits_row(const model *m, int64_t row, float *host_dst);
 
 /* The fp32 parameters and AdamW moments, each num_params floats, between the

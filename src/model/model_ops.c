@@ -15,6 +15,7 @@
 #include "model/cross_entropy.h"
 #include "model/embedding.h"
 #include "model/matmul.h"
+#include "model/matmul_bf16.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
 #include "model/swiglu.h"
@@ -64,9 +65,10 @@ const model_ops model_ops_cpu = {
     .attention_backward = attention_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
-    .cross_entropy_forward = cross_entropy_forward,
-    .cross_entropy_backward = cross_entropy_backward,
+    .cross_entropy_rows = cross_entropy_rows,
+    .loss_mean = loss_mean,
     .matmul_f32 = matmul_f32,
+    .matmul_bf16 = matmul_bf16,
     .transpose_f32 = transpose_f32,
     .adamw_update = adamw_update,
     .gradient_global_norm = gradient_global_norm,
@@ -90,9 +92,10 @@ static const model_ops model_ops_cuda_table = {
     .attention_backward = attention_backward_cuda,
     .swiglu_forward = swiglu_forward_cuda,
     .swiglu_backward = swiglu_backward_cuda,
-    .cross_entropy_forward = cross_entropy_forward_cuda,
-    .cross_entropy_backward = cross_entropy_backward_cuda,
+    .cross_entropy_rows = cross_entropy_rows_cuda,
+    .loss_mean = loss_mean_cuda,
     .matmul_f32 = matmul_f32_cuda,
+    .matmul_bf16 = matmul_bf16_cuda,
     .transpose_f32 = transpose_f32_cuda,
     .adamw_update = adamw_update_cuda,
     .gradient_global_norm = gradient_global_norm_cuda,

@@ -5,11 +5,11 @@
  * Every op takes a model_ops_ctx (model_ops_ctx.h) as its first argument,
  * and every CUDA function has exactly the signature of its CPU reference
  * (the functions in rmsnorm.h, rope.h, attention.h, swiglu.h,
- * cross_entropy.h, embedding.h, adamw.h and matmul.h) and computes the same
+ * cross_entropy.h, embedding.h, adamw.h, matmul.h and matmul_bf16.h) and computes the same
  * thing within fp32 rounding; its pointers are device pointers (memory from
  * bfp8_malloc of a CUDA context), and it runs asynchronously on the
  * context's stream, except the two functions that return a number
- * (cross_entropy_forward, gradient_global_norm), which wait for it.
+ * (loss_mean, gradient_global_norm), which wait for it.
  *
  * Failures: a CUDA op keeps its first failure in the model_ops_ctx and
  * model_ops_status() reports it; the ops return nothing (or their number).
@@ -55,12 +55,14 @@ typedef struct model_ops {
     void (*swiglu_forward)(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
     void (*swiglu_backward)(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                             int64_t hidden);
-    double (*cross_entropy_forward)(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
-                                    int64_t tokens, int64_t vocab);
-    void (*cross_entropy_backward)(model_ops_ctx *oc, float *dlogits, const float *logits, const int32_t *targets,
-                                   int64_t tokens, int64_t vocab, float scale);
+    void (*cross_entropy_rows)(model_ops_ctx *oc, float *row_losses, void *dlogits, bfp8_dtype dlogits_dtype,
+                               const float *logits, const int32_t *targets, int64_t tokens, int64_t vocab, float scale);
+    double (*loss_mean)(model_ops_ctx *oc, const float *row_losses, int64_t n);
     void (*matmul_f32)(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
                        const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+    void (*matmul_bf16)(model_ops_ctx *oc, float *c, int64_t ldc, const uint16_t *a, int64_t lda, int a_transposed,
+                        const uint16_t *b, int64_t ldb, int b_transposed, int64_t M, int64_t N, int64_t K, float alpha,
+                        int accumulate);
     void (*transpose_f32)(model_ops_ctx *oc, float *dst, const float *src, int64_t rows, int64_t cols);
     void (*adamw_update)(model_ops_ctx *oc, float *param, const float *grad, float *m, float *v, size_t n,
                          const adamw_hparams *h, float grad_scale, int64_t step, int decay);
@@ -126,12 +128,14 @@ void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *scratch, con
 void swiglu_forward_cuda(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
 void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                           int64_t hidden);
-double cross_entropy_forward_cuda(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
-                                  int64_t tokens, int64_t vocab);
-void cross_entropy_backward_cuda(model_ops_ctx *oc, float *dlogits, const float *logits, const int32_t *targets,
-                                 int64_t tokens, int64_t vocab, float scale);
+void cross_entropy_rows_cuda(model_ops_ctx *oc, float *row_losses, void *dlogits, bfp8_dtype dlogits_dtype,
+                             const float *logits, const int32_t *targets, int64_t tokens, int64_t vocab, float scale);
+double loss_mean_cuda(model_ops_ctx *oc, const float *row_losses, int64_t n);
 void matmul_f32_cuda(model_ops_ctx *oc, float *c, int64_t ldc, const float *a, int64_t lda, int a_transposed,
                      const float *b, int64_t ldb, int64_t M, int64_t N, int64_t K, int accumulate);
+void matmul_bf16_cuda(model_ops_ctx *oc, float *c, int64_t ldc, const uint16_t *a, int64_t lda, int a_transposed,
+                      const uint16_t *b, int64_t ldb, int b_transposed, int64_t M, int64_t N, int64_t K, float alpha,
+                      int accumulate);
 void transpose_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t rows, int64_t cols);
 void adamw_update_cuda(model_ops_ctx *oc, float *param, const float *grad, float *m, float *v, size_t n,
                        const adamw_hparams *h, float grad_scale, int64_t step, int decay);

@@ -15,6 +15,9 @@
  * exact fp32 gradients as the CPU's are (worst tensor within 3 dB of the
  * CPU's SQNR; bf16 also at least 40 dB). Measured values are printed.
  *
+ * The output head: fp32 products on both sides in the exact run, bf16
+ * products on both sides (the GPU's default) in the others.
+ *
  * Also: three GPU models stepped in turn keep apart (tf32 in one reaches no
  * other; the step profile in one changes no bit and times every class).
  *
@@ -60,7 +63,9 @@ static double worst_tensor_db(const model *m, const float *a, const float *b, co
  * tokens (NULL for the exact run itself); fills it when exact. */
 static void run_recipe(bfp8_context *cpu, bfp8_context *gpu, const char *name, bfp8_recipe recipe,
                        int exact, double loss_bar, double grad_bar_db, float *exact_grads) {
-    const model_options opts = {.recipe = recipe, .max_batch = B, .max_seq = T, .exact_linears = exact};
+    /* the head's products as the GPU makes them by default (exact: fp32, else bf16), on both sides */
+    const model_options opts = {.recipe = recipe, .max_batch = B, .max_seq = T, .exact_linears = exact,
+                                .head_products = exact ? MODEL_HEAD_AUTO : MODEL_HEAD_BF16};
     model *mc = NULL, *mg = NULL;
     CHECK_OK(model_create(&mc, cpu, &config, &opts));
     CHECK_OK(model_create(&mg, gpu, &config, &opts));
@@ -69,6 +74,8 @@ static void run_recipe(bfp8_context *cpu, bfp8_context *gpu, const char *name, b
         model_destroy(mg);
         return;
     }
+    CHECK(mg->head_layer.bf16 == !exact && mc->head_layer.bf16 == !exact, "%s: head in bf16: cpu %d gpu %d", name,
+          mc->head_layer.bf16, mg->head_layer.bf16);
     const size_t P = mc->num_params;
     float *params = test_malloc(P * sizeof(float)), *gc = test_malloc(P * sizeof(float));
     float *gg = test_malloc(P * sizeof(float)), *pg = test_malloc(P * sizeof(float));
@@ -168,6 +175,7 @@ static void test_models_apart(bfp8_context *gpu) {
     opts.tf32 = 1;
     CHECK_OK(model_create(&tf32, gpu, &config, &opts));
     if (!plain || !profiled || !tf32) return;
+    CHECK(plain->head_layer.bf16 == 1, "a CUDA model's default head is not the bf16 one");
     model *models[3] = {plain, profiled, tf32};
     double losses[3][STEPS];
     int32_t tokens[B * T], targets[B * T];

@@ -1,7 +1,8 @@
 /*
  * test_model_ops_gpu.c - the model's CUDA operations (src/model/cuda/
  * model_kernels.cu, declared in model_ops.h) against their CPU references,
- * op by op: embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, fp32 matmul and
+ * op by op: embedding, RMSNorm, RoPE, SwiGLU, cross-entropy (row losses and
+ * gradients, fp32 or bf16, and their mean), fp32 and bf16-operand matmul,
  * transpose, AdamW, the gradient norm, copies and bf16 conversions.
  * Attention has its own test (test_attention_gpu.c).
  *
@@ -23,6 +24,8 @@
  *     CUDA expf / logf by an ulp or two; tol = 1e-5 for reductions (about
  *     10x the error of a sequential fp32 sum of 32768 terms), 2e-6 for the
  *     element-wise ops with exponentials, 1e-6 for RoPE's products.
+ *   - bf16 dlogits: at most one bf16 step from the CPU's (both round fp32
+ *     values an ulp or two apart);
  *   - the gradient norm (summed in double): relative 1e-10.
  *
  * Needs a GPU (exits 77, "skipped", without one). Run: ctest -R test_model_ops_gpu
@@ -39,6 +42,7 @@
 #include "model/cross_entropy.h"
 #include "model/embedding.h"
 #include "model/matmul.h"
+#include "model/matmul_bf16.h"
 #include "model/model_ops.h"
 #include "model/rmsnorm.h"
 #include "model/rope.h"
@@ -413,11 +417,21 @@ static void test_swiglu(test_rng *rng) {
 /* ------------------------------------------------------------------------ */
 /* Cross-entropy                                                             */
 
-/* One shape: forward (row losses and mean), backward out of place and in
- * place. nonfinite plants a NaN, a +Inf and a -Inf in rows 0, 1, 2 (off the
- * target): NaN, NaN and a finite loss on the CPU, which the GPU must match. */
+/* bf16 steps between two bf16 values (their floats are 65536 float ulps per
+ * bf16 ulp); NaN and NaN are 0 apart. */
+static int64_t bf16_ulp_distance(uint16_t a, uint16_t b) {
+    const int64_t d = ulp_distance(bfp8_decode_bf16(a), bfp8_decode_bf16(b));
+    return d == INT64_MAX ? d : d / 65536;
+}
+
+/* One shape: the row losses with fp32 dlogits out of place, in place, with
+ * bf16 dlogits and with none, and their mean. nonfinite plants a NaN, a +Inf
+ * and a -Inf in rows 0, 1, 2 (off the target): NaN, NaN and a finite loss on
+ * the CPU, which the GPU must match. The bf16 dlogits are roundings of fp32
+ * values that differ by an ulp or two: at most one bf16 step apart. */
 static void cross_entropy_case(test_rng *rng, int64_t tokens, int64_t vocab, float logit_scale, int nonfinite,
-                               op_summary *fwd, op_summary *bwd) {
+                               op_summary *rows_sum, op_summary *grad_sum, op_summary *bf16_sum,
+                               op_summary *mean_sum) {
     const double tol = 1e-5;
     const int64_t n = tokens * vocab;
     float *logits = random_floats(n, logit_scale, rng);
@@ -433,63 +447,94 @@ static void cross_entropy_case(test_rng *rng, int64_t tokens, int64_t vocab, flo
     int32_t *d_targets = dev_copy_of(targets, (size_t)tokens * sizeof *targets);
     float *d_losses = dev_copy_of(losses, (size_t)tokens * sizeof(float));
     float *d_dlogits = dev_copy_of(dlogits, (size_t)n * sizeof(float));
-    float *got = test_malloc((size_t)n * sizeof(float));
+    uint16_t *bf16 = test_malloc((size_t)n * sizeof(uint16_t)), *got_bf16 = test_malloc((size_t)n * sizeof(uint16_t));
+    uint16_t *d_bf16 = dev_alloc((size_t)n * sizeof(uint16_t));
+    float *got = test_malloc((size_t)n * sizeof(float)), *got_losses = test_malloc((size_t)tokens * sizeof(float));
     char what[96];
     snprintf(what, sizeof what, "cross_entropy tokens %lld vocab %lld scale %g%s", (long long)tokens,
              (long long)vocab, logit_scale, nonfinite ? " non-finite" : "");
 
-    const double mean = cross_entropy_forward(NULL, losses, logits, targets, tokens, vocab);
-    const double mean_gpu = cross_entropy_forward_cuda(&g_oc, d_losses, d_logits, d_targets, tokens, vocab);
-    finish_op("cross_entropy_forward_cuda");
-    to_host(got, d_losses, (size_t)tokens * sizeof(float));
-    double err = row_error(losses, got, tokens, 1);
+    cross_entropy_rows(NULL, losses, dlogits, BFP8_F32, logits, targets, tokens, vocab, scale);
+    cross_entropy_rows_cuda(&g_oc, d_losses, d_dlogits, BFP8_F32, d_logits, d_targets, tokens, vocab, scale);
+    finish_op("cross_entropy_rows_cuda");
+    to_host(got_losses, d_losses, (size_t)tokens * sizeof(float));
+    double err = row_error(losses, got_losses, tokens, 1);
     CHECK(err <= tol, "%s: row losses error %g", what, err);
-    note(fwd, err);
-    if (isnan(mean))
-        CHECK(isnan(mean_gpu), "%s: mean %g, expected NaN", what, mean_gpu);
-    else
-        CHECK(fabs(mean - mean_gpu) <= tol * (1.0 + fabs(mean)), "%s: mean %.9g vs %.9g", what, mean_gpu, mean);
-
-    cross_entropy_backward(NULL, dlogits, logits, targets, tokens, vocab, scale);
-    cross_entropy_backward_cuda(&g_oc, d_dlogits, d_logits, d_targets, tokens, vocab, scale);
-    finish_op("cross_entropy_backward_cuda");
+    note(rows_sum, err);
     to_host(got, d_dlogits, (size_t)n * sizeof(float));
     err = row_error(dlogits, got, tokens, vocab);
-    CHECK(err <= tol, "%s: backward error %g", what, err);
-    note(bwd, err);
+    CHECK(err <= tol, "%s: dlogits error %g", what, err);
+    note(grad_sum, err);
+
+    const double mean = loss_mean(NULL, losses, tokens);
+    const double mean_gpu = loss_mean_cuda(&g_oc, d_losses, tokens);
+    finish_op("loss_mean_cuda");
+    err = isnan(mean) ? (isnan(mean_gpu) ? 0.0 : INFINITY) : fabs(mean - mean_gpu) / (1.0 + fabs(mean));
+    CHECK(err <= tol, "%s: mean %.9g vs %.9g", what, mean_gpu, mean);
+    note(mean_sum, err);
+
+    /* no gradient: the same losses, bit for bit */
+    float *d_losses_only = dev_alloc((size_t)tokens * sizeof(float));
+    float *losses_only = test_malloc((size_t)tokens * sizeof(float));
+    cross_entropy_rows_cuda(&g_oc, d_losses_only, NULL, BFP8_F32, d_logits, d_targets, tokens, vocab, scale);
+    finish_op("cross_entropy_rows_cuda (losses only)");
+    to_host(losses_only, d_losses_only, (size_t)tokens * sizeof(float));
+    CHECK(memcmp(losses_only, got_losses, (size_t)tokens * sizeof(float)) == 0,
+          "%s: the losses without a gradient differ from those with one", what);
+
+    /* bf16 dlogits */
+    cross_entropy_rows(NULL, losses, bf16, BFP8_BF16, logits, targets, tokens, vocab, scale);
+    cross_entropy_rows_cuda(&g_oc, d_losses, d_bf16, BFP8_BF16, d_logits, d_targets, tokens, vocab, scale);
+    finish_op("cross_entropy_rows_cuda (bf16)");
+    to_host(got_bf16, d_bf16, (size_t)n * sizeof(uint16_t));
+    int64_t worst = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t d = bf16_ulp_distance(bf16[i], got_bf16[i]);
+        if (d > worst) worst = d;
+    }
+    CHECK(worst <= 1, "%s: bf16 dlogits %lld bf16 steps apart", what, (long long)worst);
+    note(bf16_sum, (double)worst);
 
     /* in place: dlogits is logits */
-    cross_entropy_backward(NULL, logits, logits, targets, tokens, vocab, scale);
-    cross_entropy_backward_cuda(&g_oc, d_logits, d_logits, d_targets, tokens, vocab, scale);
-    finish_op("cross_entropy_backward_cuda (in place)");
+    cross_entropy_rows(NULL, losses, logits, BFP8_F32, logits, targets, tokens, vocab, scale);
+    cross_entropy_rows_cuda(&g_oc, d_losses, d_logits, BFP8_F32, d_logits, d_targets, tokens, vocab, scale);
+    finish_op("cross_entropy_rows_cuda (in place)");
     to_host(got, d_logits, (size_t)n * sizeof(float));
     err = row_error(logits, got, tokens, vocab);
-    CHECK(err <= tol, "%s: in-place backward error %g", what, err);
-    note(bwd, err);
+    CHECK(err <= tol, "%s: in-place dlogits error %g", what, err);
+    note(grad_sum, err);
+    to_host(got_losses, d_losses, (size_t)tokens * sizeof(float));
+    err = row_error(losses, got_losses, tokens, 1);
+    CHECK(err <= tol, "%s: in-place row losses error %g", what, err);
+    note(rows_sum, err);
 
     bfp8_free(g_ctx, d_logits);
     bfp8_free(g_ctx, d_targets);
     bfp8_free(g_ctx, d_losses);
+    bfp8_free(g_ctx, d_losses_only);
     bfp8_free(g_ctx, d_dlogits);
-    free(logits);
-    free(targets);
-    free(losses);
-    free(dlogits);
-    free(got);
+    bfp8_free(g_ctx, d_bf16);
+    free(logits), free(targets), free(losses), free(losses_only), free(dlogits);
+    free(bf16), free(got_bf16), free(got), free(got_losses);
 }
 
 static void test_cross_entropy(test_rng *rng) {
-    op_summary fwd = {"cross_entropy_forward", "(row-relative; bound 1e-5)", 0, 0};
-    op_summary bwd = {"cross_entropy_backward", "(row-relative; bound 1e-5)", 0, 0};
+    op_summary rows = {"cross_entropy_rows", "(losses, row-relative; bound 1e-5)", 0, 0};
+    op_summary grad = {"cross_entropy_rows", "(fp32 dlogits, row-relative; bound 1e-5)", 0, 0};
+    op_summary bf16 = {"cross_entropy_rows", "(bf16 dlogits, bf16 steps; bound 1)", 0, 0};
+    op_summary mean = {"loss_mean", "(relative to 1 + |mean|; bound 1e-5)", 0, 0};
     const int64_t vocabs[] = {5, 1000, 1001, 32768};
     for (int ti = 0; ti < COUNT_OF(kTokens); ++ti)
         for (int vi = 0; vi < COUNT_OF(vocabs); ++vi)
-            cross_entropy_case(rng, kTokens[ti], vocabs[vi], 2.0f, 0, &fwd, &bwd);
-    cross_entropy_case(rng, 130, 1000, 50.0f, 0, &fwd, &bwd); /* the max shift matters */
-    cross_entropy_case(rng, 4, 1000, 2.0f, 1, &fwd, &bwd);
-    cross_entropy_case(rng, 3, 1001, 2.0f, 1, &fwd, &bwd);
-    print_summary(&fwd);
-    print_summary(&bwd);
+            cross_entropy_case(rng, kTokens[ti], vocabs[vi], 2.0f, 0, &rows, &grad, &bf16, &mean);
+    cross_entropy_case(rng, 130, 1000, 50.0f, 0, &rows, &grad, &bf16, &mean); /* the max shift matters */
+    cross_entropy_case(rng, 4, 1000, 2.0f, 1, &rows, &grad, &bf16, &mean);
+    cross_entropy_case(rng, 3, 1001, 2.0f, 1, &rows, &grad, &bf16, &mean);
+    cross_entropy_case(rng, 5000, 37, 2.0f, 0, &rows, &grad, &bf16, &mean); /* many rows, a short vocabulary */
+    print_summary(&rows);
+    print_summary(&grad);
+    print_summary(&bf16);
+    print_summary(&mean);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -530,6 +575,48 @@ static void test_matmul(test_rng *rng) {
                 free(c);
                 free(got);
             }
+    print_summary(&sum);
+}
+
+/* bf16 operands: every product of two bf16 values is exact in fp32, so both
+ * sides sum the same terms, in another order: the fp32 bound. */
+static void test_matmul_bf16(test_rng *rng) {
+    const double tol = 1e-5;
+    op_summary sum = {"matmul_bf16", "(row-relative; bound 1e-5)", 0, 0};
+    const int64_t shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {127, 64, 96}, {130, 1000, 127}, {64, 130, 2048}, {5, 3, 0}};
+    for (int si = 0; si < COUNT_OF(shapes); ++si)
+        for (int form = 0; form < 8; ++form) {
+            const int a_transposed = form & 1, b_transposed = form >> 1 & 1, accumulate = form >> 2 & 1;
+            const int64_t M = shapes[si][0], N = shapes[si][1], K = shapes[si][2];
+            const float alpha = accumulate ? 0.75f : 1.0f;
+            const int64_t lda = (a_transposed ? M : K) + 3, ldb = (b_transposed ? K : N) + 5, ldc = N + 2;
+            const int64_t a_n = (a_transposed ? K : M) * lda, b_n = (b_transposed ? N : K) * ldb, c_n = M * ldc;
+            float *af = random_floats(a_n, 1.0f, rng), *bf = random_floats(b_n, 1.0f, rng);
+            float *c = random_floats(c_n, 1.0f, rng);
+            uint16_t *a = test_malloc((size_t)(a_n > 0 ? a_n : 1) * sizeof(uint16_t));
+            uint16_t *b = test_malloc((size_t)(b_n > 0 ? b_n : 1) * sizeof(uint16_t));
+            for (int64_t i = 0; i < a_n; ++i) a[i] = bfp8_encode_bf16(af[i]);
+            for (int64_t i = 0; i < b_n; ++i) b[i] = bfp8_encode_bf16(bf[i]);
+            uint16_t *d_a = dev_copy_of(a, (size_t)(a_n > 0 ? a_n : 1) * sizeof(uint16_t));
+            uint16_t *d_b = dev_copy_of(b, (size_t)(b_n > 0 ? b_n : 1) * sizeof(uint16_t));
+            float *d_c = dev_copy_of(c, (size_t)c_n * sizeof(float));
+            float *got = test_malloc((size_t)c_n * sizeof(float));
+
+            matmul_bf16(NULL, c, ldc, a, lda, a_transposed, b, ldb, b_transposed, M, N, K, alpha, accumulate);
+            matmul_bf16_cuda(&g_oc, d_c, ldc, d_a, lda, a_transposed, d_b, ldb, b_transposed, M, N, K, alpha,
+                             accumulate);
+            finish_op("matmul_bf16_cuda");
+            to_host(got, d_c, (size_t)c_n * sizeof(float));
+            const double err = row_error(c, got, M, ldc);
+            CHECK(err <= tol, "matmul_bf16 M %lld N %lld K %lld a_t %d b_t %d accumulate %d: error %g", (long long)M,
+                  (long long)N, (long long)K, a_transposed, b_transposed, accumulate, err);
+            note(&sum, err);
+
+            bfp8_free(g_ctx, d_a);
+            bfp8_free(g_ctx, d_b);
+            bfp8_free(g_ctx, d_c);
+            free(af), free(bf), free(a), free(b), free(c), free(got);
+        }
     print_summary(&sum);
 }
 
@@ -825,11 +912,13 @@ static void test_empty_sizes(void) {
     rope_backward_cuda(&g_oc, NULL, 1, 4, 2, 1, 6, NULL, NULL); /* head_dim 1: no pairs */
     swiglu_forward_cuda(&g_oc, NULL, NULL, 0, 10);
     swiglu_backward_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
-    const double mean = cross_entropy_forward_cuda(&g_oc, NULL, NULL, NULL, 0, 10);
-    CHECK(isnan(mean), "cross_entropy_forward_cuda of no tokens: %g, expected NaN (0 / 0, as the CPU)", mean);
-    cross_entropy_backward_cuda(&g_oc, NULL, NULL, NULL, 0, 10, 1.0f);
+    const double mean = loss_mean_cuda(&g_oc, NULL, 0);
+    CHECK(isnan(mean), "loss_mean_cuda of no tokens: %g, expected NaN (0 / 0, as the CPU)", mean);
+    cross_entropy_rows_cuda(&g_oc, NULL, NULL, BFP8_BF16, NULL, NULL, 0, 10, 1.0f);
     matmul_f32_cuda(&g_oc, NULL, 4, NULL, 4, 0, NULL, 4, 0, 4, 4, 0);
     matmul_f32_cuda(&g_oc, NULL, 4, NULL, 4, 1, NULL, 4, 4, 0, 4, 1);
+    matmul_bf16_cuda(&g_oc, NULL, 4, NULL, 4, 0, NULL, 4, 1, 0, 4, 4, 1.0f, 0);
+    matmul_bf16_cuda(&g_oc, NULL, 4, NULL, 4, 1, NULL, 4, 0, 4, 0, 4, 1.0f, 1);
     transpose_f32_cuda(&g_oc, NULL, NULL, 0, 7);
     const adamw_hparams h = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
     adamw_update_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, &h, 1.0f, 1, 1);
@@ -864,6 +953,7 @@ int main(void) {
     test_swiglu(&rng);
     test_cross_entropy(&rng);
     test_matmul(&rng);
+    test_matmul_bf16(&rng);
     test_transpose(&rng);
     test_adamw(&rng);
     test_gradient_norm(&rng);

@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "formats/formats.h"
 #include "model/attention.h"
 #include "model/cross_entropy.h"
 #include "model/embedding.h"
@@ -259,7 +260,8 @@ typedef struct cross_entropy_case {
 static void cross_entropy_fwd(void *p, float *out) {
     cross_entropy_case *c = p;
     /* the loss as a float pair (hi + lo): one float would round away what eps changes */
-    const double loss = cross_entropy_forward(NULL, c->row_losses, c->logits, c->targets, c->tokens, c->vocab);
+    cross_entropy_rows(NULL, c->row_losses, NULL, BFP8_F32, c->logits, c->targets, c->tokens, c->vocab, 0.0f);
+    const double loss = loss_mean(NULL, c->row_losses, c->tokens);
     out[0] = (float)loss;
     out[1] = (float)(loss - (double)out[0]);
 }
@@ -273,14 +275,25 @@ static void test_cross_entropy(void) {
     float *dlogits = test_malloc(n * sizeof(float)), out[2], w[2] = {1.0f, 1.0f};
     fill(c.logits, n, 3.0f, 12);
     c.logits[3] = 60.0f; /* a dominant logit: the max shift must keep exp finite */
-    cross_entropy_backward(NULL, dlogits, c.logits, targets, c.tokens, c.vocab, 1.0f / (float)c.tokens);
+    cross_entropy_rows(NULL, c.row_losses, dlogits, BFP8_F32, c.logits, targets, c.tokens, c.vocab,
+                       1.0f / (float)c.tokens);
     check_input("cross_entropy dlogits", cross_entropy_fwd, &c, c.logits, n, dlogits, out, w, 2, 1e-2f);
     /* in place gives the same */
     float *inplace = test_malloc(n * sizeof(float));
     memcpy(inplace, c.logits, n * sizeof(float));
-    cross_entropy_backward(NULL, inplace, inplace, targets, c.tokens, c.vocab, 1.0f / (float)c.tokens);
+    cross_entropy_rows(NULL, c.row_losses, inplace, BFP8_F32, inplace, targets, c.tokens, c.vocab,
+                       1.0f / (float)c.tokens);
     CHECK(test_compare_f32_bits("in-place dlogits", inplace, dlogits, n) == 0,
-          "cross_entropy_backward in place must match");
+          "cross_entropy_rows in place must match");
+    /* bf16 gradients: the fp32 ones rounded to nearest even */
+    uint16_t *dlogits_bf16 = test_malloc(n * sizeof(uint16_t));
+    cross_entropy_rows(NULL, c.row_losses, dlogits_bf16, BFP8_BF16, c.logits, targets, c.tokens, c.vocab,
+                       1.0f / (float)c.tokens);
+    int64_t bf16_mismatches = 0;
+    for (int64_t i = 0; i < n; ++i) bf16_mismatches += dlogits_bf16[i] != bfp8_encode_bf16(dlogits[i]);
+    CHECK(bf16_mismatches == 0, "bf16 dlogits: %lld of %lld are not the fp32 ones rounded",
+          (long long)bf16_mismatches, (long long)n);
+    free(dlogits_bf16);
     /* uniform logits: loss = log(vocab) */
     for (int64_t i = 0; i < n; ++i) c.logits[i] = 0.25f;
     cross_entropy_fwd(&c, out);

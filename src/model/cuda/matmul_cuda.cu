@@ -1,6 +1,7 @@
 /*
- * matmul_cuda.cu - the model's fp32 matrix products on the GPU (cuBLAS, TF32
- * on request: model_ops_ctx.tf32) and the fp32 transpose. See
+ * matmul_cuda.cu - the model's matrix products on the GPU through cuBLAS:
+ * fp32 (TF32 on request: model_ops_ctx.tf32), bf16 operands with fp32 sums
+ * (the output head: head_loss.h), and the fp32 transpose. See
  * model_kernels.cuh.
  */
 #include "model/cuda/model_kernels.cuh"
@@ -71,4 +72,30 @@ extern "C" void transpose_f32_cuda(model_ops_ctx *oc, float *dst, const float *s
     const dim3 grid((unsigned)col_tiles, (unsigned)(row_tiles < kMaxGridY ? row_tiles : kMaxGridY), 1);
     transpose_kernel<<<grid, dim3(kTile, kTileRowsPerPass, 1), 0, stream(oc)>>>(dst, src, rows, cols);
     check_launch(oc, "transpose_f32");
+}
+
+/* The same column-major reading as matmul_f32_cuda, with B transposable too:
+ * B^T as stored is the column-major N x K operand unless b_transposed (then
+ * it is K x N, to be transposed). bf16 inputs, fp32 compute and output: the
+ * tensor cores whatever the handle's math mode. */
+extern "C" void matmul_bf16_cuda(model_ops_ctx *oc, float *c, int64_t ldc, const uint16_t *a, int64_t lda,
+                                 int a_transposed, const uint16_t *b, int64_t ldb, int b_transposed, int64_t M,
+                                 int64_t N, int64_t K, float alpha, int accumulate) {
+    if (M <= 0 || N <= 0) return;
+    if (K <= 0) { /* an empty sum: C = C, or C = 0 */
+        if (!accumulate)
+            failed(
+                oc,
+                cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0, (size_t)N * sizeof(float), (size_t)M, stream(oc)),
+                "matmul_bf16 (zero)");
+        return;
+    }
+    cublasHandle_t handle = cublas(oc);
+    if (!handle) return;
+    const float beta = accumulate ? 1.0f : 0.0f; /* beta 0: C is not read, as on the CPU */
+    failed(oc,
+           cublasGemmEx_64(handle, b_transposed ? CUBLAS_OP_T : CUBLAS_OP_N, a_transposed ? CUBLAS_OP_T : CUBLAS_OP_N,
+                           N, M, K, &alpha, b, CUDA_R_16BF, ldb, a, CUDA_R_16BF, lda, &beta, c, CUDA_R_32F, ldc,
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+           "matmul_bf16");
 }

@@ -8,7 +8,7 @@
  * layouts, same result within fp32 rounding.
  *
  * Every function enqueues on its model_ops_ctx's stream and returns at once,
- * except cross_entropy_forward_cuda and gradient_global_norm_cuda, which
+ * except loss_mean_cuda and gradient_global_norm_cuda, which
  * wait for their number. Failures are kept in the model_ops_ctx
  * (model_cuda_common.cuh) and reported by model_ops_status().
  *
