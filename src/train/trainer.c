@@ -32,6 +32,7 @@
 #include "train/sampler.h"
 #include "train/stop_signal.h"
 #include "train/tokenizer.h"
+#include "train/tokenizer_setup.h"
 #include "train/train_plan.h"
 #include "train/train_step.h"
 #include "train/zero_optimizer.h"
@@ -89,60 +90,6 @@ static int report_failure(run_state *r, const char *fmt, ...) {
     else
         fprintf(stderr, "blockfp8 train: %s\n", msg);
     return 1;
-}
-
-static int path_exists(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0;
-}
-
-static bfp8_status load_or_train_tokenizer(run_state *r, int64_t vocab) {
-    train_options *o = r->o;
-    if (path_exists(o->tokenizer_path)) {
-        BFP8_TRY(bpe_load(&r->tok, o->tokenizer_path));
-        if (o->vocab_size > 0 && r->tok.vocab_size != o->vocab_size)
-            return bfp8_fail(BFP8_ERR_INVALID_VALUE,
-                             "tokenizer '%s' has %d tokens, --vocab-size asks for %lld",
-                             o->tokenizer_path, r->tok.vocab_size, (long long)o->vocab_size);
-        return BFP8_OK;
-    }
-    uint8_t *text;
-    size_t n;
-    bfp8_status st = read_whole_file(o->data_path, &text, &n);
-    if (st != BFP8_OK) {
-        char cause[512]; /* bfp8_fail overwrites what bfp8_last_error() points to */
-        snprintf(cause, sizeof cause, "%s", bfp8_last_error());
-        return bfp8_fail(st, "data: %s (the default corpus comes from: bash scripts/prepare_corpus.sh)",
-                         cause);
-    }
-    if (n == 0) {
-        free(text);
-        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "data file '%s' is empty", o->data_path);
-    }
-    st = dataset_check_text(o->data_path, text, n, NULL);
-    if (st != BFP8_OK) {
-        free(text);
-        return st;
-    }
-    printf("tokenizer: training a %lld-token BPE on %s ...", (long long)vocab, o->data_path);
-    fflush(stdout);
-    const double t0 = progress_now();
-    st = bpe_train(&r->tok, text, n, (int32_t)vocab);
-    free(text);
-    if (st != BFP8_OK) {
-        printf("\n");
-        return st;
-    }
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s", o->tokenizer_path);
-    char *slash = strrchr(dir, '/');
-    if (slash && slash != dir) {
-        *slash = 0;
-        BFP8_TRY(make_directories(dir));
-    }
-    BFP8_TRY(bpe_save(&r->tok, o->tokenizer_path));
-    printf(" %.1f s, saved %s\n", progress_now() - t0, o->tokenizer_path);
-    return BFP8_OK;
 }
 
 /* The mean loss over eval_batches x batch x world validation windows (all
@@ -306,7 +253,8 @@ int train_run(train_options *o) {
     /* a launcher's ranks: rank 0 trains a missing tokenizer, the others then read it (or, on another
      * machine, train the same one) */
     if (r.launched && r.rank > 0 && dp_barrier(&r.dp) != BFP8_OK) goto failed;
-    if (load_or_train_tokenizer(&r, vocab_wanted) != BFP8_OK) goto failed;
+    if (tokenizer_load_or_train(&r.tok, o->tokenizer_path, o->data_path, o->vocab_size, vocab_wanted) != BFP8_OK)
+        goto failed;
     if (r.launched && r.rank == 0 && dp_barrier(&r.dp) != BFP8_OK) goto failed;
     if (dataset_load(&r.data, o->data_path, &r.tok, o->seq) != BFP8_OK) {
         report_failure(&r, "%s", bfp8_last_error());
