@@ -60,10 +60,15 @@ static void plan_activations(model *m, arena_plan *a) {
         float *r = take_floats(a, M * D);
         if (a->base) act->residual[l] = r;
     }
+    /* Flash attention keeps its bf16 q | k | v in probs (flash_attention_saved_floats), so the backward never
+     * reads qkv: the layers share one. */
+    const int flash = m->options.flash_attention;
+    const int64_t probs = flash ? flash_attention_saved_floats(B, T, c->n_heads, D / c->n_heads)
+                                : B * c->n_heads * T * T;
+    float *shared_qkv = flash ? take_floats(a, M * 3 * D) : NULL;
     for (int64_t l = 0; l < L; ++l) {
         float *mid = take_floats(a, M * D), *ar = take_floats(a, M), *mr = take_floats(a, M);
-        const int64_t probs = m->options.flash_attention ? B * c->n_heads * T + M * D : B * c->n_heads * T * T;
-        float *qkv = take_floats(a, M * 3 * D), *pr = take_floats(a, probs);
+        float *qkv = flash ? shared_qkv : take_floats(a, M * 3 * D), *pr = take_floats(a, probs);
         float *gu = take_floats(a, M * 2 * F);
         if (a->base) {
             act->residual_mid[l] = mid;
@@ -456,11 +461,17 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
         PROFILE(oc, ELEMENTWISE);
         ops->rmsnorm_forward(oc, a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
         BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], NULL));
-        PROFILE(oc, ELEMENTWISE);
-        ops->rope_forward(oc, a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        ops->rope_forward(oc, a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        PROFILE(oc, ATTENTION);
-        ops->attention_forward(oc, a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
+        if (m->options.flash_attention) { /* RoPE in the attention's bf16 copy of q and k */
+            PROFILE(oc, ATTENTION);
+            ops->rope_attention_forward(oc, a->work_in, NULL, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H,
+                                        hd, m->rope_cos, m->rope_sin);
+        } else {
+            PROFILE(oc, ELEMENTWISE);
+            ops->rope_forward(oc, a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+            ops->rope_forward(oc, a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+            PROFILE(oc, ATTENTION);
+            ops->attention_forward(oc, a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
+        }
         BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], a->residual[l]));
         PROFILE(oc, ELEMENTWISE);
         ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
@@ -518,10 +529,16 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
         /* dres: the gradient of residual_mid */
         BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, a->grad_a, accumulate));
         PROFILE(oc, ATTENTION);
-        ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch, seq, H, hd);
-        PROFILE(oc, ELEMENTWISE);
-        ops->rope_backward(oc, a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        ops->rope_backward(oc, a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        if (m->options.flash_attention) {
+            ops->rope_attention_backward(oc, a->grad_b, NULL, a->attn_scratch, a->grad_a, NULL, a->qkv[l], a->probs[l],
+                                         batch, seq, H, hd, m->rope_cos, m->rope_sin);
+        } else {
+            ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch, seq, H,
+                                    hd);
+            PROFILE(oc, ELEMENTWISE);
+            ops->rope_backward(oc, a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+            ops->rope_backward(oc, a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
+        }
         BFP8_TRY(model_linear_backward(&blk->qkv, s, a->grad_b, M, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
         ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm, a->attn_rstd[l], M,

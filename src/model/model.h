@@ -54,9 +54,10 @@ typedef struct model_activations {
     float **residual;      /* n_layers + 1 of tokens x dim: the input of each block, then the last output */
     float **residual_mid;  /* n_layers: after attention */
     float **attn_rstd, **mlp_rstd; /* n_layers of tokens */
-    float **qkv;           /* n_layers of tokens x 3 dim (q, k after RoPE) */
-    float **probs;         /* n_layers of batch x heads x seq x seq (flash attention: of batch x heads x
-                            * seq log-sum-exps and a tokens x dim copy of the output) */
+    float **qkv;           /* n_layers of tokens x 3 dim (q, k after RoPE; flash attention: before it, and
+                            * one buffer for all layers) */
+    float **probs;         /* n_layers of batch x heads x seq x seq (flash attention:
+                            * flash_attention_saved_floats, model_ops.h) */
     float **gate_up;       /* n_layers of tokens x 2 ffn */
     float *final_rstd;     /* tokens */
     float *final_out;      /* tokens x dim */

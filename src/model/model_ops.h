@@ -52,6 +52,14 @@ typedef struct model_ops {
                               int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
     void (*attention_backward)(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
+    /* attention with RoPE folded in (attention.h): the flash path's op */
+    void (*rope_attention_forward)(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
+                                   const float *qkv, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+                                   const float *cos_table, const float *sin_table);
+    void (*rope_attention_backward)(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch,
+                                    const float *dout, const uint16_t *dout_bf16, const float *qkv, const float *probs,
+                                    int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+                                    const float *cos_table, const float *sin_table);
     void (*swiglu_forward)(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
     void (*swiglu_backward)(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                             int64_t hidden);
@@ -98,13 +106,19 @@ void model_ops_fail(model_ops_ctx *oc, const char *message);
 void model_cuda_release(model_ops_ctx *oc);
 void model_cuda_poll(model_ops_ctx *oc);
 int model_cuda_flash_attention_supported(int64_t head_dim);
-/* Floats of attention scratch flash attention needs: bf16 copies of qkv, dO
- * and dqkv (7 tokens x dim bf16), and the backward's workspace (its dQ sums,
- * f32 per query row padded to 128 rows, with two floats and a semaphore per
- * row, and alignment), which flash_attention.cu checks it fits. */
+/* Floats of attention scratch flash attention needs: bf16 copies of dO and
+ * dqkv (4 tokens x dim bf16), and the backward's workspace (its dQ sums, f32
+ * per query row padded to 128 rows, with two floats and a semaphore per row,
+ * and alignment), which flash_attention.cu checks it fits. */
 static inline int64_t flash_attention_scratch_floats(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
     const int64_t elems = batch * seq * heads * head_dim, rows_pad = batch * heads * ((seq + 127) / 128 * 128);
-    return (7 * elems + 1) / 2 + rows_pad * (head_dim + 3) + 1024;
+    return 2 * elems + rows_pad * (head_dim + 3) + 1024;
+}
+/* Floats of a layer's `probs` buffer with flash attention: what its backward
+ * reads (flash_attention.cu): the log-sum-exp of each query row (padded to
+ * 4), the output as bf16 and the q | k | v the kernel read as bf16. */
+static inline int64_t flash_attention_saved_floats(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+    return (batch * heads * seq + 3) / 4 * 4 + 2 * batch * seq * heads * head_dim;
 }
 
 void embedding_forward_cuda(model_ops_ctx *oc, float *out, const int32_t *tokens, const float *table, int64_t count,
@@ -123,6 +137,13 @@ void attention_forward_cuda(model_ops_ctx *oc, float *out, float *probs, float *
                             int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
 void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
+void rope_attention_forward_cuda(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
+                                 const float *qkv, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+                                 const float *cos_table, const float *sin_table);
+void rope_attention_backward_cuda(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch,
+                                  const float *dout, const uint16_t *dout_bf16, const float *qkv, const float *probs,
+                                  int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+                                  const float *cos_table, const float *sin_table);
 void swiglu_forward_cuda(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
 void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                           int64_t hidden);
