@@ -456,15 +456,23 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
 
     PROFILE(oc, ELEMENTWISE);
     ops->embedding_forward(oc, a->residual[0], a->tokens, m->tok_emb, M, D);
+    const int flash = m->options.flash_attention;
     for (int l = 0; l < c->n_layers; ++l) {
         model_block *blk = &m->blocks[l];
+        /* A linear layer that takes bf16 (the bf16 recipes) gets its input written as bf16 straight into it by
+         * the op before it (in16), with no fp32 copy and conversion pass in between; else through work_in. */
+        uint16_t *in16 = model_linear_input_bf16(&blk->qkv);
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_forward(oc, a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
-        BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], NULL));
-        if (m->options.flash_attention) { /* RoPE in the attention's bf16 copy of q and k */
+        if (in16)
+            ops->rmsnorm_forward_bf16(oc, in16, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
+        else
+            ops->rmsnorm_forward(oc, a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
+        BFP8_TRY(model_linear_forward(&blk->qkv, s, in16 ? NULL : a->work_in, M, a->qkv[l], NULL));
+        in16 = flash ? model_linear_input_bf16(&blk->out) : NULL;
+        if (flash) { /* RoPE in the attention's bf16 copy of q and k */
             PROFILE(oc, ATTENTION);
-            ops->rope_attention_forward(oc, a->work_in, NULL, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H,
-                                        hd, m->rope_cos, m->rope_sin);
+            ops->rope_attention_forward(oc, in16 ? NULL : a->work_in, in16, a->probs[l], a->attn_scratch, a->qkv[l],
+                                        batch, seq, H, hd, m->rope_cos, m->rope_sin);
         } else {
             PROFILE(oc, ELEMENTWISE);
             ops->rope_forward(oc, a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
@@ -472,13 +480,23 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
             PROFILE(oc, ATTENTION);
             ops->attention_forward(oc, a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
         }
-        BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], a->residual[l]));
+        BFP8_TRY(model_linear_forward(&blk->out, s, in16 ? NULL : a->work_in, M, a->residual_mid[l], a->residual[l]));
+        in16 = model_linear_input_bf16(&blk->gate_up);
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
-        BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
+        if (in16)
+            ops->rmsnorm_forward_bf16(oc, in16, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
+        else
+            ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D,
+                                 c->norm_eps);
+        BFP8_TRY(model_linear_forward(&blk->gate_up, s, in16 ? NULL : a->work_in, M, a->gate_up[l], NULL));
+        in16 = model_linear_input_bf16(&blk->down);
         PROFILE(oc, ELEMENTWISE);
-        ops->swiglu_forward(oc, a->work_in, a->gate_up[l], M, F);
-        BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], a->residual_mid[l]));
+        if (in16)
+            ops->swiglu_forward_bf16(oc, in16, a->gate_up[l], M, F);
+        else
+            ops->swiglu_forward(oc, a->work_in, a->gate_up[l], M, F);
+        BFP8_TRY(model_linear_forward(&blk->down, s, in16 ? NULL : a->work_in, M, a->residual[l + 1],
+                                      a->residual_mid[l]));
     }
     PROFILE(oc, ELEMENTWISE);
     ops->rmsnorm_forward(oc, a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D, c->norm_eps);
@@ -516,22 +534,30 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     ops->zero_f32(oc, dres, M * D);
     ops->rmsnorm_backward(oc, dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm, a->final_rstd,
                           M, D);
+    const int flash = m->options.flash_attention;
     for (int l = c->n_layers - 1; l >= 0; --l) {
         model_block *blk = &m->blocks[l];
+        /* bf16: the linear layers take bf16 (the bf16 recipes), so SwiGLU writes gate_up's dy as bf16 into the
+         * linear scratch, and flash attention reads out's dx and writes qkv's dy there as bf16 (model_linear.h) */
+        const int bf16 = model_linear_input_bf16(&blk->down) != NULL, flash16 = flash && bf16;
         /* dres: the gradient of the block's output */
         BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
-        ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
-        BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
+        if (bf16)
+            ops->swiglu_backward_bf16(oc, s->out_bf16, a->grad_a, a->gate_up[l], M, F);
+        else
+            ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
+        BFP8_TRY(model_linear_backward(&blk->gate_up, s, bf16 ? NULL : a->grad_b, M, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
         ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l],
                               M, D);
         /* dres: the gradient of residual_mid */
-        BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, a->grad_a, accumulate));
+        BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, flash16 ? NULL : a->grad_a, accumulate));
         PROFILE(oc, ATTENTION);
-        if (m->options.flash_attention) {
-            ops->rope_attention_backward(oc, a->grad_b, NULL, a->attn_scratch, a->grad_a, NULL, a->qkv[l], a->probs[l],
-                                         batch, seq, H, hd, m->rope_cos, m->rope_sin);
+        if (flash) {
+            ops->rope_attention_backward(oc, flash16 ? NULL : a->grad_b, flash16 ? s->out_bf16 : NULL, a->attn_scratch,
+                                         flash16 ? NULL : a->grad_a, flash16 ? s->in_bf16 : NULL, a->qkv[l],
+                                         a->probs[l], batch, seq, H, hd, m->rope_cos, m->rope_sin);
         } else {
             ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch, seq, H,
                                     hd);
@@ -539,7 +565,7 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
             ops->rope_backward(oc, a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
             ops->rope_backward(oc, a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         }
-        BFP8_TRY(model_linear_backward(&blk->qkv, s, a->grad_b, M, a->grad_a, accumulate));
+        BFP8_TRY(model_linear_backward(&blk->qkv, s, flash16 ? NULL : a->grad_b, M, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
         ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm, a->attn_rstd[l], M,
                               D);

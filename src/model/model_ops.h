@@ -42,6 +42,8 @@ typedef struct model_ops {
                                int64_t count, int64_t dim);
     void (*rmsnorm_forward)(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight,
                             int64_t tokens, int64_t dim, float eps);
+    void (*rmsnorm_forward_bf16)(model_ops_ctx *oc, uint16_t *out, float *rstd, const float *x, const float *weight,
+                                 int64_t tokens, int64_t dim, float eps);
     void (*rmsnorm_backward)(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                              const float *weight, const float *rstd, int64_t tokens, int64_t dim);
     void (*rope_forward)(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
@@ -63,6 +65,10 @@ typedef struct model_ops {
     void (*swiglu_forward)(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
     void (*swiglu_backward)(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                             int64_t hidden);
+    void (*swiglu_forward_bf16)(model_ops_ctx *oc, uint16_t *out, const float *gate_up, int64_t tokens,
+                                int64_t hidden);
+    void (*swiglu_backward_bf16)(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const float *gate_up,
+                                 int64_t tokens, int64_t hidden);
     double (*cross_entropy_forward)(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
                                     int64_t tokens, int64_t vocab);
     void (*cross_entropy_backward)(model_ops_ctx *oc, float *dlogits, const float *logits, const int32_t *targets,
@@ -127,6 +133,8 @@ void embedding_backward_cuda(model_ops_ctx *oc, float *dtable, const float *dout
                              int64_t dim);
 void rmsnorm_forward_cuda(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight,
                           int64_t tokens, int64_t dim, float eps);
+void rmsnorm_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, float *rstd, const float *x, const float *weight,
+                               int64_t tokens, int64_t dim, float eps);
 void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                            const float *weight, const float *rstd, int64_t tokens, int64_t dim);
 void rope_forward_cuda(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
@@ -147,6 +155,10 @@ void rope_attention_backward_cuda(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv
 void swiglu_forward_cuda(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
 void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                           int64_t hidden);
+void swiglu_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, const float *gate_up, int64_t tokens,
+                              int64_t hidden);
+void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const float *gate_up,
+                               int64_t tokens, int64_t hidden);
 double cross_entropy_forward_cuda(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
                                   int64_t tokens, int64_t vocab);
 void cross_entropy_backward_cuda(model_ops_ctx *oc, float *dlogits, const float *logits, const int32_t *targets,

@@ -8,6 +8,8 @@
 
 #include <math.h>
 
+#include "formats/formats.h"
+
 void rmsnorm_forward(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
                      int64_t dim, float eps) {
     (void)oc;
@@ -20,6 +22,21 @@ void rmsnorm_forward(model_ops_ctx *oc, float *out, float *rstd, const float *x,
         rstd[t] = r;
         float *ot = out + t * dim;
         for (int64_t i = 0; i < dim; ++i) ot[i] = xt[i] * r * weight[i];
+    }
+}
+
+void rmsnorm_forward_bf16(model_ops_ctx *oc, uint16_t *out, float *rstd, const float *x, const float *weight,
+                          int64_t tokens, int64_t dim, float eps) {
+    (void)oc;
+#pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
+    for (int64_t t = 0; t < tokens; ++t) {
+        const float *xt = x + t * dim;
+        float sum_sq = 0.0f;
+        for (int64_t i = 0; i < dim; ++i) sum_sq += xt[i] * xt[i];
+        const float r = 1.0f / sqrtf(sum_sq / (float)dim + eps);
+        rstd[t] = r;
+        uint16_t *ot = out + t * dim;
+        for (int64_t i = 0; i < dim; ++i) ot[i] = bfp8_encode_bf16(xt[i] * r * weight[i]);
     }
 }
 

@@ -1,7 +1,8 @@
 /*
  * test_model_ops_gpu.c - the model's CUDA operations (src/model/cuda/
  * model_kernels.cu, declared in model_ops.h) against their CPU references,
- * op by op: embedding, RMSNorm, RoPE, SwiGLU, cross-entropy, fp32 matmul and
+ * op by op: embedding, RMSNorm, RoPE, SwiGLU (and the bf16-output forms of
+ * RMSNorm and SwiGLU), cross-entropy, fp32 matmul and
  * transpose, AdamW, the gradient norm, copies and bf16 conversions.
  * Attention has its own test (test_attention_gpu.c).
  *
@@ -118,6 +119,35 @@ static double row_error(const float *ref, const float *out, int64_t rows, int64_
     return worst;
 }
 
+/* The bf16 form of an op (its output rounded to bf16 by the op itself): the
+ * device's bf16 output must be the device's fp32 output of the same op,
+ * rounded (bit for bit: one kernel source, only the store differs), and
+ * within one bf16 step of the CPU's bf16 reference (row-relative 8e-3: the
+ * fp32 values may differ by the op's tolerance, and a value near a rounding
+ * boundary then rounds the other way). Returns the error against the CPU;
+ * counts the differing bf16 in *diffs. */
+static double bf16_output_error(const char *what, const uint16_t *ref16, const uint16_t *got16,
+                                const float *got_f32, int64_t rows, int64_t cols, int64_t *diffs) {
+    const int64_t n = rows * cols;
+    float *ref = test_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *got = test_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    *diffs = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        ref[i] = bfp8_decode_bf16(ref16[i]);
+        got[i] = bfp8_decode_bf16(got16[i]);
+        if (got16[i] != bfp8_encode_bf16(got_f32[i])) {
+            if (*diffs < 5)
+                fprintf(stderr, "  %s [%lld]: bf16 0x%04x, fp32 %a rounds to 0x%04x\n", what, (long long)i, got16[i],
+                        got_f32[i], bfp8_encode_bf16(got_f32[i]));
+            ++*diffs;
+        }
+    }
+    const double err = row_error(ref, got, rows, cols);
+    free(ref);
+    free(got);
+    return err;
+}
+
 /* Floats between a and b (+0 and -0 are one point; NaN and NaN are 0 apart). */
 static int64_t ulp_distance(float a, float b) {
     if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0 : INT64_MAX;
@@ -224,6 +254,7 @@ static void test_rmsnorm(test_rng *rng) {
     const double tol = 1e-5;
     op_summary fwd = {"rmsnorm_forward", "(row-relative; bound 1e-5)", 0, 0};
     op_summary bwd = {"rmsnorm_backward", "(row-relative; bound 1e-5)", 0, 0};
+    op_summary fwd16 = {"rmsnorm_forward_bf16", "(row-relative; bound 8e-3; = fp32 op rounded)", 0, 0};
     const int64_t dims[] = {64, 96, 1000, 1001, 2048, 8192};
     const float eps = 1e-5f;
     for (int ti = 0; ti < COUNT_OF(kTokens); ++ti)
@@ -259,6 +290,31 @@ static void test_rmsnorm(test_rng *rng) {
             CHECK(err <= tol, "%s: forward rstd error %g", what, err);
             note(&fwd, err);
 
+            /* the bf16 form, against the fp32 output just taken and the CPU's bf16 form */
+            {
+                float *out_f32 = test_malloc((size_t)n * sizeof(float));
+                float *rstd16 = test_malloc((size_t)tokens * sizeof(float));
+                uint16_t *ref16 = test_malloc((size_t)n * sizeof(uint16_t));
+                uint16_t *got16 = test_malloc((size_t)n * sizeof(uint16_t));
+                to_host(out_f32, d_out, (size_t)n * sizeof(float));
+                memset(ref16, 0xab, (size_t)n * sizeof(uint16_t));
+                uint16_t *d_out16 = dev_copy_of(ref16, (size_t)n * sizeof(uint16_t)); /* every value written? */
+                rmsnorm_forward_bf16(NULL, ref16, rstd16, x, weight, tokens, dim, eps);
+                rmsnorm_forward_bf16_cuda(&g_oc, d_out16, d_rstd, d_x, d_weight, tokens, dim, eps);
+                finish_op("rmsnorm_forward_bf16_cuda");
+                to_host(got16, d_out16, (size_t)n * sizeof(uint16_t));
+                int64_t diffs = 0;
+                err = bf16_output_error(what, ref16, got16, out_f32, tokens, dim, &diffs);
+                CHECK(diffs == 0, "%s: forward bf16: %lld values are not the fp32 output rounded", what,
+                      (long long)diffs);
+                CHECK(err <= 8e-3, "%s: forward bf16 error %g", what, err);
+                note(&fwd16, err);
+                CHECK(memcmp(rstd16, rstd, (size_t)tokens * sizeof(float)) == 0, "%s: bf16 form's rstd differs",
+                      what);
+                bfp8_free(g_ctx, d_out16);
+                free(out_f32), free(rstd16), free(ref16), free(got16);
+            }
+
             /* backward from the CPU's rstd on both sides: the same inputs */
             float *d_dout = dev_copy_of(dout, (size_t)n * sizeof(float));
             float *d_dx = dev_copy_of(dx, (size_t)n * sizeof(float));
@@ -293,6 +349,7 @@ static void test_rmsnorm(test_rng *rng) {
             free(got);
         }
     print_summary(&fwd);
+    print_summary(&fwd16);
     print_summary(&bwd);
 }
 
@@ -361,6 +418,8 @@ static void test_swiglu(test_rng *rng) {
     const double tol = 2e-6;
     op_summary fwd = {"swiglu_forward", "(row-relative; bound 2e-6)", 0, 0};
     op_summary bwd = {"swiglu_backward", "(row-relative; bound 2e-6)", 0, 0};
+    op_summary fwd16 = {"swiglu_forward_bf16", "(row-relative; bound 8e-3; = fp32 op rounded)", 0, 0};
+    op_summary bwd16 = {"swiglu_backward_bf16", "(row-relative; bound 8e-3; = fp32 op rounded)", 0, 0};
     const int64_t hiddens[] = {1, 100, 5632};
     for (int ti = 0; ti < COUNT_OF(kTokens); ++ti)
         for (int hi = 0; hi < COUNT_OF(hiddens); ++hi) {
@@ -396,6 +455,39 @@ static void test_swiglu(test_rng *rng) {
             CHECK(err <= tol, "%s: backward error %g", what, err);
             note(&bwd, err);
 
+            /* the bf16 forms, against the fp32 outputs and the CPU's bf16 forms */
+            {
+                float *f32 = test_malloc((size_t)(2 * n) * sizeof(float));
+                uint16_t *ref16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
+                uint16_t *got16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
+                memset(ref16, 0xab, (size_t)(2 * n) * sizeof(uint16_t));
+                uint16_t *d_16 = dev_copy_of(ref16, (size_t)(2 * n) * sizeof(uint16_t)); /* every value written? */
+                int64_t diffs = 0;
+                to_host(f32, d_out, (size_t)n * sizeof(float));
+                swiglu_forward_bf16(NULL, ref16, gate_up, tokens, hidden);
+                swiglu_forward_bf16_cuda(&g_oc, d_16, d_gate_up, tokens, hidden);
+                finish_op("swiglu_forward_bf16_cuda");
+                to_host(got16, d_16, (size_t)n * sizeof(uint16_t));
+                err = bf16_output_error(what, ref16, got16, f32, tokens, hidden, &diffs);
+                CHECK(diffs == 0, "%s: forward bf16: %lld values are not the fp32 output rounded", what,
+                      (long long)diffs);
+                CHECK(err <= 8e-3, "%s: forward bf16 error %g", what, err);
+                note(&fwd16, err);
+
+                to_host(f32, d_dgate_up, (size_t)(2 * n) * sizeof(float));
+                swiglu_backward_bf16(NULL, ref16, dout, gate_up, tokens, hidden);
+                swiglu_backward_bf16_cuda(&g_oc, d_16, d_dout, d_gate_up, tokens, hidden);
+                finish_op("swiglu_backward_bf16_cuda");
+                to_host(got16, d_16, (size_t)(2 * n) * sizeof(uint16_t));
+                err = bf16_output_error(what, ref16, got16, f32, tokens, 2 * hidden, &diffs);
+                CHECK(diffs == 0, "%s: backward bf16: %lld values are not the fp32 output rounded", what,
+                      (long long)diffs);
+                CHECK(err <= 8e-3, "%s: backward bf16 error %g", what, err);
+                note(&bwd16, err);
+                bfp8_free(g_ctx, d_16);
+                free(f32), free(ref16), free(got16);
+            }
+
             bfp8_free(g_ctx, d_gate_up);
             bfp8_free(g_ctx, d_out);
             bfp8_free(g_ctx, d_dout);
@@ -408,6 +500,8 @@ static void test_swiglu(test_rng *rng) {
         }
     print_summary(&fwd);
     print_summary(&bwd);
+    print_summary(&fwd16);
+    print_summary(&bwd16);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -825,6 +919,9 @@ static void test_empty_sizes(void) {
     rope_backward_cuda(&g_oc, NULL, 1, 4, 2, 1, 6, NULL, NULL); /* head_dim 1: no pairs */
     swiglu_forward_cuda(&g_oc, NULL, NULL, 0, 10);
     swiglu_backward_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
+    rmsnorm_forward_bf16_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, 64, 1e-5f);
+    swiglu_forward_bf16_cuda(&g_oc, NULL, NULL, 0, 10);
+    swiglu_backward_bf16_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
     const double mean = cross_entropy_forward_cuda(&g_oc, NULL, NULL, NULL, 0, 10);
     CHECK(isnan(mean), "cross_entropy_forward_cuda of no tokens: %g, expected NaN (0 / 0, as the CPU)", mean);
     cross_entropy_backward_cuda(&g_oc, NULL, NULL, NULL, 0, 10, 1.0f);

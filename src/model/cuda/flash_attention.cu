@@ -32,7 +32,6 @@
 #include <stdio.h>
 
 #include "cuda/attention_common.cuh"
-#include "formats/formats.h"
 #include "model/cuda/model_kernels.cuh"
 #include "model/model_ops.h"
 
@@ -56,25 +55,6 @@ __global__ void bf16_to_f32_kernel(float4 *dst, const uint2 *src, int64_t n4) {
     }
 }
 
-/* Four values from / to fp32 or bf16 (formats.h's rounding, as the CPU). */
-__device__ __forceinline__ floats<4> load4(const float *p) { return load<4>(p); }
-__device__ __forceinline__ floats<4> load4(const uint16_t *p) {
-    const uint2 u = *reinterpret_cast<const uint2 *>(p);
-    floats<4> r;
-    r.v[0] = __uint_as_float(u.x << 16);
-    r.v[1] = __uint_as_float(u.x & 0xffff0000u);
-    r.v[2] = __uint_as_float(u.y << 16);
-    r.v[3] = __uint_as_float(u.y & 0xffff0000u);
-    return r;
-}
-__device__ __forceinline__ void store4(float *p, const floats<4> &r) { store<4>(p, r); }
-__device__ __forceinline__ void store4(uint16_t *p, const floats<4> &r) {
-    uint2 u;
-    u.x = (uint32_t)bfp8_encode_bf16(r.v[0]) | (uint32_t)bfp8_encode_bf16(r.v[1]) << 16;
-    u.y = (uint32_t)bfp8_encode_bf16(r.v[2]) | (uint32_t)bfp8_encode_bf16(r.v[3]) << 16;
-    *reinterpret_cast<uint2 *>(p) = u;
-}
-
 /* dst = src over rows of q | k | v (3 dim each, both dense), converted
  * between fp32 and bf16, with the pairs (x[i], x[i + half]) of every q and k
  * head rotated by RoPE's angle of the row's position (sin_sign -1: back, the
@@ -91,14 +71,14 @@ __global__ void qkv_convert_kernel(Dst *__restrict__ dst, const Src *__restrict_
         for (int j = blockIdx.y * blockDim.x + threadIdx.x; j < items; j += gridDim.y * blockDim.x) {
             if (j >= qk_items) {
                 const int64_t at = base + 2 * dim + (int64_t)(j - qk_items) * 8;
-                store4(dst + at, load4(src + at));
-                store4(dst + at + 4, load4(src + at + 4));
+                store<4>(dst + at, load<4>(src + at));
+                store<4>(dst + at + 4, load<4>(src + at + 4));
                 continue;
             }
             const int part = j / (heads * quarter), rem = j - part * heads * quarter;
             const int h = rem / quarter, i = (rem - h * quarter) * 4;
             const int64_t at = base + (int64_t)part * dim + (int64_t)h * head_dim + i;
-            floats<4> a = load4(src + at), b = load4(src + at + half);
+            floats<4> a = load<4>(src + at), b = load<4>(src + at + half);
             if (cos_table) {
                 const floats<4> c = load<4>(cos_table + pos * half + i), s = load<4>(sin_table + pos * half + i);
 #pragma unroll
@@ -108,8 +88,8 @@ __global__ void qkv_convert_kernel(Dst *__restrict__ dst, const Src *__restrict_
                     b.v[e] = ae * sn + be * c.v[e];
                 }
             }
-            store4(dst + at, a);
-            store4(dst + at + half, b);
+            store<4>(dst + at, a);
+            store<4>(dst + at + half, b);
         }
     }
 }

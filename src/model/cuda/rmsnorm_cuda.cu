@@ -12,8 +12,10 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-template <int V>
-__global__ void rmsnorm_forward_kernel(float *__restrict__ out, float *__restrict__ rstd,
+/* out: fp32, or bf16 (the input of a bf16 linear layer, rounded here instead
+ * of in a pass of its own). */
+template <int V, typename Out>
+__global__ void rmsnorm_forward_kernel(Out *__restrict__ out, float *__restrict__ rstd,
                                        const float *__restrict__ x, const float *__restrict__ weight,
                                        int64_t tokens, int64_t dim, float eps) {
     const int64_t vecs = dim / V;
@@ -28,7 +30,7 @@ __global__ void rmsnorm_forward_kernel(float *__restrict__ out, float *__restric
         sum_sq = block_reduce(sum_sq, sum_op());
         const float r = 1.0f / sqrtf(sum_sq / (float)dim + eps);
         if (threadIdx.x == 0) rstd[t] = r;
-        float *ot = out + t * dim;
+        Out *ot = out + t * dim;
         for (int64_t j = threadIdx.x; j < vecs; j += blockDim.x) {
             const floats<V> a = load<V>(xt + j * V), w = load<V>(weight + j * V);
             floats<V> o;
@@ -97,10 +99,9 @@ __global__ void rmsnorm_dweight_sum_kernel(float *__restrict__ dweight, const fl
     dweight[col] += sum;
 }
 
-} /* namespace */
-
-extern "C" void rmsnorm_forward_cuda(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight,
-                                     int64_t tokens, int64_t dim, float eps) {
+template <typename Out>
+void rmsnorm_forward_launch(model_ops_ctx *oc, Out *out, float *rstd, const float *x, const float *weight,
+                            int64_t tokens, int64_t dim, float eps, const char *what) {
     if (tokens <= 0 || dim <= 0) return;
     const bool vec = dim % 4 == 0 && aligned16(out) && aligned16(x) && aligned16(weight);
     const int64_t items = vec ? dim / 4 : dim;
@@ -110,7 +111,19 @@ extern "C" void rmsnorm_forward_cuda(model_ops_ctx *oc, float *out, float *rstd,
         rmsnorm_forward_kernel<4><<<blocks, threads, 0, stream(oc)>>>(out, rstd, x, weight, tokens, dim, eps);
     else
         rmsnorm_forward_kernel<1><<<blocks, threads, 0, stream(oc)>>>(out, rstd, x, weight, tokens, dim, eps);
-    check_launch(oc, "rmsnorm_forward");
+    check_launch(oc, what);
+}
+
+} /* namespace */
+
+extern "C" void rmsnorm_forward_cuda(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight,
+                                     int64_t tokens, int64_t dim, float eps) {
+    rmsnorm_forward_launch(oc, out, rstd, x, weight, tokens, dim, eps, "rmsnorm_forward");
+}
+
+extern "C" void rmsnorm_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, float *rstd, const float *x,
+                                          const float *weight, int64_t tokens, int64_t dim, float eps) {
+    rmsnorm_forward_launch(oc, out, rstd, x, weight, tokens, dim, eps, "rmsnorm_forward_bf16");
 }
 
 extern "C" void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
