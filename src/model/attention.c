@@ -118,21 +118,24 @@ int64_t rope_attention_scratch_floats(int64_t batch, int64_t seq, int64_t n_head
 
 /* The parts of the scratch behind attention's own: the rotated qkv (3n),
  * then dO or the output in fp32 (n), then dqkv in fp32 (3n). */
-static float *rotated_qkv(float *scratch, const float *qkv, int64_t batch, int64_t seq, int64_t n_heads,
-                          int64_t head_dim, const float *cos_table, const float *sin_table) {
-    const int64_t dim = n_heads * head_dim;
+static float *rotated_qkv(float *scratch, const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq,
+                          int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table) {
+    const int64_t dim = n_heads * head_dim, count = batch * seq * 3 * dim;
     float *rotated = scratch + attention_scratch_floats(batch, seq, n_heads, head_dim);
-    memcpy(rotated, qkv, (size_t)(batch * seq * 3 * dim) * sizeof *rotated);
+    if (qkv)
+        memcpy(rotated, qkv, (size_t)count * sizeof *rotated);
+    else
+        for (int64_t i = 0; i < count; ++i) rotated[i] = bfp8_decode_bf16(qkv_bf16[i]);
     rope_forward(NULL, rotated, batch, seq, n_heads, head_dim, 3 * dim, cos_table, sin_table);
     rope_forward(NULL, rotated + dim, batch, seq, n_heads, head_dim, 3 * dim, cos_table, sin_table);
     return rotated;
 }
 
 void rope_attention_forward(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
-                            const float *qkv, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                            const float *cos_table, const float *sin_table) {
+                            const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq, int64_t n_heads,
+                            int64_t head_dim, const float *cos_table, const float *sin_table) {
     const int64_t n = batch * seq * n_heads * head_dim;
-    float *rotated = rotated_qkv(scratch, qkv, batch, seq, n_heads, head_dim, cos_table, sin_table);
+    float *rotated = rotated_qkv(scratch, qkv, qkv_bf16, batch, seq, n_heads, head_dim, cos_table, sin_table);
     float *o = out ? out : rotated + 3 * n;
     attention_forward(oc, o, probs, scratch, rotated, batch, seq, n_heads, head_dim);
     if (!out)
@@ -140,11 +143,11 @@ void rope_attention_forward(model_ops_ctx *oc, float *out, uint16_t *out_bf16, f
 }
 
 void rope_attention_backward(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch, const float *dout,
-                             const uint16_t *dout_bf16, const float *qkv, const float *probs, int64_t batch,
-                             int64_t seq, int64_t n_heads, int64_t head_dim, const float *cos_table,
+                             const uint16_t *dout_bf16, const float *qkv, const uint16_t *qkv_bf16, const float *probs,
+                             int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim, const float *cos_table,
                              const float *sin_table) {
     const int64_t dim = n_heads * head_dim, n = batch * seq * dim;
-    float *rotated = rotated_qkv(scratch, qkv, batch, seq, n_heads, head_dim, cos_table, sin_table);
+    float *rotated = rotated_qkv(scratch, qkv, qkv_bf16, batch, seq, n_heads, head_dim, cos_table, sin_table);
     float *d_o = rotated + 3 * n, *dq = dqkv ? dqkv : d_o + n;
     if (!dout) {
         for (int64_t i = 0; i < n; ++i) d_o[i] = bfp8_decode_bf16(dout_bf16[i]);

@@ -30,8 +30,9 @@ void attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const fl
  * and for the backward attention_backward, then rope_backward on dq and dk,
  * so dqkv is the gradient of the unrotated qkv. Exactly one of out and
  * out_bf16 is given (the output as fp32, or rounded to bf16 as
- * bfp8_encode_bf16), likewise dqkv / dqkv_bf16 and dout / dout_bf16 (dO read
- * as fp32 or as bf16). cos_table, sin_table: rope_tables.
+ * bfp8_encode_bf16), likewise dqkv / dqkv_bf16, and of the inputs qkv /
+ * qkv_bf16 and dout / dout_bf16 (read as fp32 or as bf16). cos_table,
+ * sin_table: rope_tables.
  *
  * On the CPU, probs is that of attention_forward and scratch holds
  * rope_attention_scratch_floats (the rotated copy of qkv, and fp32 copies
@@ -44,11 +45,11 @@ void attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const fl
 int64_t rope_attention_scratch_floats(int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
 
 void rope_attention_forward(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
-                            const float *qkv, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                            const float *cos_table, const float *sin_table);
+                            const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq, int64_t n_heads,
+                            int64_t head_dim, const float *cos_table, const float *sin_table);
 void rope_attention_backward(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch, const float *dout,
-                             const uint16_t *dout_bf16, const float *qkv, const float *probs, int64_t batch,
-                             int64_t seq, int64_t n_heads, int64_t head_dim, const float *cos_table,
+                             const uint16_t *dout_bf16, const float *qkv, const uint16_t *qkv_bf16, const float *probs,
+                             int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim, const float *cos_table,
                              const float *sin_table);
 
 #endif /* BFP8_MODEL_ATTENTION_H */

@@ -61,15 +61,17 @@ static void plan_activations(model *m, arena_plan *a) {
         if (a->base) act->residual[l] = r;
     }
     /* Flash attention keeps its bf16 q | k | v in probs (flash_attention_saved_floats), so the backward never
-     * reads qkv: the layers share one. */
-    const int flash = m->options.flash_attention;
+     * reads qkv: the layers share one. The bf16 recipes keep gate_up as the linear layer's bf16 output. */
+    const int flash = m->options.flash_attention, exact = m->options.exact_linears;
+    const int bf16_io = !exact && !model_linear_f32_activations(m->options.recipe, exact);
+    const int64_t gate_up_floats = bf16_io ? M * F : M * 2 * F;
     const int64_t probs = flash ? flash_attention_saved_floats(B, T, c->n_heads, D / c->n_heads)
                                 : B * c->n_heads * T * T;
     float *shared_qkv = flash ? take_floats(a, M * 3 * D) : NULL;
     for (int64_t l = 0; l < L; ++l) {
         float *mid = take_floats(a, M * D), *ar = take_floats(a, M), *mr = take_floats(a, M);
         float *qkv = flash ? shared_qkv : take_floats(a, M * 3 * D), *pr = take_floats(a, probs);
-        float *gu = take_floats(a, M * 2 * F);
+        float *gu = take_floats(a, gate_up_floats);
         if (a->base) {
             act->residual_mid[l] = mid;
             act->attn_rstd[l] = ar;
@@ -94,8 +96,6 @@ static void plan_activations(model *m, arena_plan *a) {
     act->tokens = arena_take(a, (size_t)M * sizeof(int32_t));
     act->targets = arena_take(a, (size_t)M * sizeof(int32_t));
     /* bf16 boundaries: the recipes with a bf16 GEMM only */
-    const int exact = m->options.exact_linears;
-    const int bf16_io = !exact && !model_linear_f32_activations(m->options.recipe, exact);
     const size_t bf16_scratch = bf16_io ? (size_t)(M * W) * sizeof(uint16_t) : 0;
     m->linear_scratch.in_bf16 = arena_take(a, bf16_scratch);
     m->linear_scratch.out_bf16 = arena_take(a, bf16_scratch);
@@ -467,12 +467,17 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
             ops->rmsnorm_forward_bf16(oc, in16, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
         else
             ops->rmsnorm_forward(oc, a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
-        BFP8_TRY(model_linear_forward(&blk->qkv, s, in16 ? NULL : a->work_in, M, a->qkv[l], NULL));
+        /* qkv16: with flash attention the bf16 recipes hand qkv over as bf16 (its buffer holds bf16 then) */
+        uint16_t *qkv16 = flash && in16 ? (uint16_t *)a->qkv[l] : NULL;
+        if (qkv16)
+            BFP8_TRY(model_linear_forward_to_bf16(&blk->qkv, NULL, M, qkv16));
+        else
+            BFP8_TRY(model_linear_forward(&blk->qkv, s, in16 ? NULL : a->work_in, M, a->qkv[l], NULL));
         in16 = flash ? model_linear_input_bf16(&blk->out) : NULL;
         if (flash) { /* RoPE in the attention's bf16 copy of q and k */
             PROFILE(oc, ATTENTION);
-            ops->rope_attention_forward(oc, in16 ? NULL : a->work_in, in16, a->probs[l], a->attn_scratch, a->qkv[l],
-                                        batch, seq, H, hd, m->rope_cos, m->rope_sin);
+            ops->rope_attention_forward(oc, in16 ? NULL : a->work_in, in16, a->probs[l], a->attn_scratch,
+                                        qkv16 ? NULL : a->qkv[l], qkv16, batch, seq, H, hd, m->rope_cos, m->rope_sin);
         } else {
             PROFILE(oc, ELEMENTWISE);
             ops->rope_forward(oc, a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
@@ -488,11 +493,14 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
         else
             ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D,
                                  c->norm_eps);
-        BFP8_TRY(model_linear_forward(&blk->gate_up, s, in16 ? NULL : a->work_in, M, a->gate_up[l], NULL));
+        if (in16) /* gate_up stays bf16 */
+            BFP8_TRY(model_linear_forward_to_bf16(&blk->gate_up, NULL, M, (uint16_t *)a->gate_up[l]));
+        else
+            BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
         in16 = model_linear_input_bf16(&blk->down);
         PROFILE(oc, ELEMENTWISE);
         if (in16)
-            ops->swiglu_forward_bf16(oc, in16, a->gate_up[l], M, F);
+            ops->swiglu_forward_bf16(oc, in16, (const uint16_t *)a->gate_up[l], M, F);
         else
             ops->swiglu_forward(oc, a->work_in, a->gate_up[l], M, F);
         BFP8_TRY(model_linear_forward(&blk->down, s, in16 ? NULL : a->work_in, M, a->residual[l + 1],
@@ -572,7 +580,7 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
         BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
         if (bf16)
-            ops->swiglu_backward_bf16(oc, s->out_bf16, a->grad_a, a->gate_up[l], M, F);
+            ops->swiglu_backward_bf16(oc, s->out_bf16, a->grad_a, (const uint16_t *)a->gate_up[l], M, F);
         else
             ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
         BFP8_TRY(model_linear_backward(&blk->gate_up, s, bf16 ? NULL : a->grad_b, M, a->grad_a, accumulate));
@@ -584,7 +592,8 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
         PROFILE(oc, ATTENTION);
         if (flash) {
             ops->rope_attention_backward(oc, flash16 ? NULL : a->grad_b, flash16 ? s->out_bf16 : NULL, a->attn_scratch,
-                                         flash16 ? NULL : a->grad_a, flash16 ? s->in_bf16 : NULL, a->qkv[l],
+                                         flash16 ? NULL : a->grad_a, flash16 ? s->in_bf16 : NULL,
+                                         flash16 ? NULL : a->qkv[l], flash16 ? (const uint16_t *)a->qkv[l] : NULL,
                                          a->probs[l], batch, seq, H, hd, m->rope_cos, m->rope_sin);
         } else {
             ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch, seq, H,

@@ -109,6 +109,21 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
     return BFP8_OK;
 }
 
+bfp8_status model_linear_forward_to_bf16(model_linear *l, const float *x, int64_t tokens, uint16_t *y) {
+    const int64_t K = l->in_features;
+    uint16_t *x_bf16 = model_linear_input_bf16(l);
+    if (!x_bf16)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: a bf16 output from a layer that works in fp32", l->name);
+    if (tokens > l->max_tokens)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: %lld tokens, at most %lld", l->name,
+                         (long long)tokens, (long long)l->max_tokens);
+    model_ops_ctx *oc = l->oc;
+    PROFILE(oc, ELEMENTWISE);
+    if (x) l->ops->f32_to_bf16(oc, x_bf16, x, tokens * K);
+    PROFILE(oc, LINEAR);
+    return bfp8_linear_forward(l->lin, x_bf16, tokens, y);
+}
+
 bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s, const float *dy,
                                   int64_t tokens, float *dx, int accumulate) {
     const int64_t K = l->in_features, N = l->out_features;

@@ -65,6 +65,10 @@ uint16_t *model_linear_input_bf16(const model_linear *l);
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
                                  int64_t tokens, float *y, const float *residual);
 
+/* The same with y (tokens x out) written as bf16, no residual: the bf16
+ * recipes only (for an op that reads bf16 itself). */
+bfp8_status model_linear_forward_to_bf16(model_linear *l, const float *x, int64_t tokens, uint16_t *y);
+
 /* dx (tokens x in, written) = dy W;  grad = (accumulate ? grad : 0) + dy^T x.
  * The bf16 recipes only: dy NULL: dy is already in s->out_bf16 as bf16; dx
  * NULL: dx is left in s->in_bf16 as bf16, for an op that reads bf16. */

@@ -56,18 +56,18 @@ typedef struct model_ops {
                                const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
     /* attention with RoPE folded in (attention.h): the flash path's op */
     void (*rope_attention_forward)(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
-                                   const float *qkv, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                                   const float *cos_table, const float *sin_table);
+                                   const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq,
+                                   int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
     void (*rope_attention_backward)(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch,
-                                    const float *dout, const uint16_t *dout_bf16, const float *qkv, const float *probs,
-                                    int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                                    const float *cos_table, const float *sin_table);
+                                    const float *dout, const uint16_t *dout_bf16, const float *qkv,
+                                    const uint16_t *qkv_bf16, const float *probs, int64_t batch, int64_t seq,
+                                    int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
     void (*swiglu_forward)(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
     void (*swiglu_backward)(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                             int64_t hidden);
-    void (*swiglu_forward_bf16)(model_ops_ctx *oc, uint16_t *out, const float *gate_up, int64_t tokens,
+    void (*swiglu_forward_bf16)(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens,
                                 int64_t hidden);
-    void (*swiglu_backward_bf16)(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const float *gate_up,
+    void (*swiglu_backward_bf16)(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const uint16_t *gate_up,
                                  int64_t tokens, int64_t hidden);
     double (*cross_entropy_forward)(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
                                     int64_t tokens, int64_t vocab);
@@ -146,18 +146,18 @@ void attention_forward_cuda(model_ops_ctx *oc, float *out, float *probs, float *
 void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
 void rope_attention_forward_cuda(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
-                                 const float *qkv, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                                 const float *cos_table, const float *sin_table);
+                                 const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq,
+                                 int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
 void rope_attention_backward_cuda(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch,
-                                  const float *dout, const uint16_t *dout_bf16, const float *qkv, const float *probs,
-                                  int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
-                                  const float *cos_table, const float *sin_table);
+                                  const float *dout, const uint16_t *dout_bf16, const float *qkv,
+                                  const uint16_t *qkv_bf16, const float *probs, int64_t batch, int64_t seq,
+                                  int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
 void swiglu_forward_cuda(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
 void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                           int64_t hidden);
-void swiglu_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, const float *gate_up, int64_t tokens,
+void swiglu_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens,
                               int64_t hidden);
-void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const float *gate_up,
+void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const uint16_t *gate_up,
                                int64_t tokens, int64_t hidden);
 double cross_entropy_forward_cuda(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
                                   int64_t tokens, int64_t vocab);

@@ -35,29 +35,33 @@ void swiglu_backward(model_ops_ctx *oc, float *dgate_up, const float *dout, cons
     }
 }
 
-void swiglu_forward_bf16(model_ops_ctx *oc, uint16_t *out, const float *gate_up, int64_t tokens, int64_t hidden) {
+void swiglu_forward_bf16(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens, int64_t hidden) {
     (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
-        const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
+        const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         uint16_t *o = out + t * hidden;
-        for (int64_t i = 0; i < hidden; ++i) o[i] = bfp8_encode_bf16(gate[i] / (1.0f + expf(-gate[i])) * up[i]);
+        for (int64_t i = 0; i < hidden; ++i) {
+            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]);
+            o[i] = bfp8_encode_bf16(g / (1.0f + expf(-g)) * u);
+        }
     }
 }
 
-void swiglu_backward_bf16(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const float *gate_up,
+void swiglu_backward_bf16(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const uint16_t *gate_up,
                           int64_t tokens, int64_t hidden) {
     (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
-        const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
+        const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         const float *d = dout + t * hidden;
         uint16_t *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
         for (int64_t i = 0; i < hidden; ++i) {
-            const float sig = 1.0f / (1.0f + expf(-gate[i]));
-            const float silu = gate[i] * sig;
+            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]);
+            const float sig = 1.0f / (1.0f + expf(-g));
+            const float silu = g * sig;
             dup[i] = bfp8_encode_bf16(d[i] * silu);
-            dgate[i] = bfp8_encode_bf16(d[i] * up[i] * sig * (1.0f + gate[i] * (1.0f - sig)));
+            dgate[i] = bfp8_encode_bf16(d[i] * u * sig * (1.0f + g * (1.0f - sig)));
         }
     }
 }

@@ -459,17 +459,28 @@ static void test_swiglu(test_rng *rng) {
             CHECK(err <= tol, "%s: backward error %g", what, err);
             note(&bwd, err);
 
-            /* the bf16 forms, against the fp32 outputs and the CPU's bf16 forms */
+            /* the bf16 forms (gate_up in bf16), against the fp32 forms on gate_up widened and the CPU's bf16
+             * forms */
             {
+                uint16_t *gu16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
+                float *widened = test_malloc((size_t)(2 * n) * sizeof(float));
+                for (int64_t i = 0; i < 2 * n; ++i) {
+                    gu16[i] = bfp8_encode_bf16(gate_up[i]);
+                    widened[i] = bfp8_decode_bf16(gu16[i]);
+                }
+                uint16_t *d_gu16 = dev_copy_of(gu16, (size_t)(2 * n) * sizeof(uint16_t));
+                float *d_widened = dev_copy_of(widened, (size_t)(2 * n) * sizeof(float));
                 float *f32 = test_malloc((size_t)(2 * n) * sizeof(float));
                 uint16_t *ref16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
                 uint16_t *got16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
                 memset(ref16, 0xab, (size_t)(2 * n) * sizeof(uint16_t));
                 uint16_t *d_16 = dev_copy_of(ref16, (size_t)(2 * n) * sizeof(uint16_t)); /* every value written? */
                 int64_t diffs = 0;
+                swiglu_forward_cuda(&g_oc, d_out, d_widened, tokens, hidden);
+                finish_op("swiglu_forward_cuda (widened)");
                 to_host(f32, d_out, (size_t)n * sizeof(float));
-                swiglu_forward_bf16(NULL, ref16, gate_up, tokens, hidden);
-                swiglu_forward_bf16_cuda(&g_oc, d_16, d_gate_up, tokens, hidden);
+                swiglu_forward_bf16(NULL, ref16, gu16, tokens, hidden);
+                swiglu_forward_bf16_cuda(&g_oc, d_16, d_gu16, tokens, hidden);
                 finish_op("swiglu_forward_bf16_cuda");
                 to_host(got16, d_16, (size_t)n * sizeof(uint16_t));
                 err = bf16_output_error(what, ref16, got16, f32, tokens, hidden, &diffs);
@@ -478,9 +489,11 @@ static void test_swiglu(test_rng *rng) {
                 CHECK(err <= 8e-3, "%s: forward bf16 error %g", what, err);
                 note(&fwd16, err);
 
+                swiglu_backward_cuda(&g_oc, d_dgate_up, d_dout, d_widened, tokens, hidden);
+                finish_op("swiglu_backward_cuda (widened)");
                 to_host(f32, d_dgate_up, (size_t)(2 * n) * sizeof(float));
-                swiglu_backward_bf16(NULL, ref16, dout, gate_up, tokens, hidden);
-                swiglu_backward_bf16_cuda(&g_oc, d_16, d_dout, d_gate_up, tokens, hidden);
+                swiglu_backward_bf16(NULL, ref16, dout, gu16, tokens, hidden);
+                swiglu_backward_bf16_cuda(&g_oc, d_16, d_dout, d_gu16, tokens, hidden);
                 finish_op("swiglu_backward_bf16_cuda");
                 to_host(got16, d_16, (size_t)(2 * n) * sizeof(uint16_t));
                 err = bf16_output_error(what, ref16, got16, f32, tokens, 2 * hidden, &diffs);
@@ -489,7 +502,9 @@ static void test_swiglu(test_rng *rng) {
                 CHECK(err <= 8e-3, "%s: backward bf16 error %g", what, err);
                 note(&bwd16, err);
                 bfp8_free(g_ctx, d_16);
-                free(f32), free(ref16), free(got16);
+                bfp8_free(g_ctx, d_gu16);
+                bfp8_free(g_ctx, d_widened);
+                free(gu16), free(widened), free(f32), free(ref16), free(got16);
             }
 
             bfp8_free(g_ctx, d_gate_up);

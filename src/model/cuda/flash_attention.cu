@@ -8,8 +8,8 @@
  *
  * Same arguments and layouts as attention_forward_cuda / _backward_cuda
  * (attention.h): qkv is fp32, per token q | k | v with head h at h * head_dim
- * of each; out and dqkv fp32, or bf16 (out_bf16, dqkv_bf16, dout_bf16) for
- * the fused op's bf16 neighbours. What the backward needs of the forward goes
+ * of each; out and dqkv fp32; or bf16 (qkv_bf16, out_bf16, dout_bf16,
+ * dqkv_bf16) for the fused op's bf16 neighbours. What the backward needs of the forward goes
  * into the layer's `probs` buffer instead of the probabilities
  * (flash_attention_saved_floats, model_ops.h):
  *   probs[0, B*H*T)                   LSE of each query row (natural log)
@@ -185,19 +185,24 @@ extern "C" int model_cuda_flash_attention_supported(int64_t head_dim) { return h
 /* The flash path of attention_forward_cuda / _backward_cuda (attention_cuda.cu)
  * and of rope_attention_*_cuda: returns 0 when it does not apply (off, or
  * another head size). cos_table NULL: no RoPE. Exactly one of out, out_bf16
- * (dqkv, dqkv_bf16; dout, dout_bf16) is given. */
+ * (qkv, qkv_bf16; dqkv, dqkv_bf16; dout, dout_bf16) is given. */
 int flash_attention_forward(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, const float *qkv,
-                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, const float *cos_table,
-                            const float *sin_table) {
+                            const uint16_t *qkv_bf16, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                            const float *cos_table, const float *sin_table) {
     if (!oc->flash_attention || (head_dim != 64 && head_dim != 128)) return 0;
     const bfp8_attention_desc d = desc_of(batch, seq, heads, head_dim);
     const int64_t dim = heads * head_dim, tokens = batch * seq;
     const saved_parts sv = split_saved(probs, d);
-    const void *ptrs[] = {out ? (const void *)out : (const void *)out_bf16, probs, qkv,
-                          cos_table ? cos_table : qkv, sin_table ? sin_table : qkv};
+    const void *ptrs[] = {out ? (const void *)out : (const void *)out_bf16, probs,
+                          qkv ? (const void *)qkv : (const void *)qkv_bf16, cos_table ? cos_table : probs,
+                          sin_table ? sin_table : probs};
     if (!aligned_for_flash(oc, ptrs, 5, "flash attention forward: a pointer is not 16-byte aligned")) return 1;
-    convert_qkv(oc, sv.qkv16, qkv, batch, seq, heads, head_dim, cos_table, sin_table, 1.0f,
-                "flash attention: qkv to bf16");
+    if (qkv)
+        convert_qkv(oc, sv.qkv16, qkv, batch, seq, heads, head_dim, cos_table, sin_table, 1.0f,
+                    "flash attention: qkv to bf16");
+    else
+        convert_qkv(oc, sv.qkv16, qkv_bf16, batch, seq, heads, head_dim, cos_table, sin_table, 1.0f,
+                    "flash attention: qkv (bf16)");
     failed_op(oc,
               bfp8_attention_forward_launch(stream(oc), num_sms(oc), &d, sv.qkv16, sv.qkv16 + dim, sv.qkv16 + 2 * dim,
                                             sv.o16, probs),
@@ -251,20 +256,22 @@ int flash_attention_backward(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16
 }
 
 extern "C" void rope_attention_forward_cuda(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs,
-                                            float *scratch, const float *qkv, int64_t batch, int64_t seq,
-                                            int64_t n_heads, int64_t head_dim, const float *cos_table,
+                                            float *scratch, const float *qkv, const uint16_t *qkv_bf16, int64_t batch,
+                                            int64_t seq, int64_t n_heads, int64_t head_dim, const float *cos_table,
                                             const float *sin_table) {
     (void)scratch;
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
-    if (!flash_attention_forward(oc, out, out_bf16, probs, qkv, batch, seq, n_heads, head_dim, cos_table, sin_table))
+    if (!flash_attention_forward(oc, out, out_bf16, probs, qkv, qkv_bf16, batch, seq, n_heads, head_dim, cos_table,
+                                 sin_table))
         failed(oc, cudaErrorNotSupported, "rope_attention_forward: flash attention only (head_dim 64 or 128)");
 }
 
 extern "C" void rope_attention_backward_cuda(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch,
                                              const float *dout, const uint16_t *dout_bf16, const float *qkv,
-                                             const float *probs, int64_t batch, int64_t seq, int64_t n_heads,
-                                             int64_t head_dim, const float *cos_table, const float *sin_table) {
-    (void)qkv; /* the forward kept the rotated bf16 copy in probs */
+                                             const uint16_t *qkv_bf16, const float *probs, int64_t batch, int64_t seq,
+                                             int64_t n_heads, int64_t head_dim, const float *cos_table,
+                                             const float *sin_table) {
+    (void)qkv, (void)qkv_bf16; /* the forward kept the rotated bf16 copy in probs */
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
     if (!flash_attention_backward(oc, dqkv, dqkv_bf16, scratch, dout, dout_bf16, probs, batch, seq, n_heads, head_dim,
                                   cos_table, sin_table))
