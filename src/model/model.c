@@ -573,20 +573,26 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     const int flash = m->options.flash_attention;
     for (int l = c->n_layers - 1; l >= 0; --l) {
         model_block *blk = &m->blocks[l];
-        /* bf16: the linear layers take bf16 (the bf16 recipes), so SwiGLU writes gate_up's dy as bf16 into the
-         * linear scratch, and flash attention reads out's dx and writes qkv's dy there as bf16 (model_linear.h) */
+        /* bf16: the linear layers take bf16 (the bf16 recipes), so their dx stays bf16 in the linear scratch
+         * (s->in_bf16) for SwiGLU, the norms and flash attention to read, and SwiGLU and flash attention write
+         * the next layer's dy there as bf16 (s->out_bf16; model_linear.h) */
         const int bf16 = model_linear_input_bf16(&blk->down) != NULL, flash16 = flash && bf16;
         /* dres: the gradient of the block's output */
-        BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
+        BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, bf16 ? NULL : a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
         if (bf16)
-            ops->swiglu_backward_bf16(oc, s->out_bf16, a->grad_a, (const uint16_t *)a->gate_up[l], M, F);
+            ops->swiglu_backward_bf16(oc, s->out_bf16, s->in_bf16, (const uint16_t *)a->gate_up[l], M, F);
         else
             ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
-        BFP8_TRY(model_linear_backward(&blk->gate_up, s, bf16 ? NULL : a->grad_b, M, a->grad_a, accumulate));
+        BFP8_TRY(model_linear_backward(&blk->gate_up, s, bf16 ? NULL : a->grad_b, M, bf16 ? NULL : a->grad_a,
+                                       accumulate));
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l],
-                              M, D);
+        if (bf16)
+            ops->rmsnorm_backward_bf16(oc, dres, blk->d_mlp_norm, s->in_bf16, a->residual_mid[l], blk->mlp_norm,
+                                       a->mlp_rstd[l], M, D);
+        else
+            ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
+                                  a->mlp_rstd[l], M, D);
         /* dres: the gradient of residual_mid */
         BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, flash16 ? NULL : a->grad_a, accumulate));
         PROFILE(oc, ATTENTION);
@@ -602,10 +608,15 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
             ops->rope_backward(oc, a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
             ops->rope_backward(oc, a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
         }
-        BFP8_TRY(model_linear_backward(&blk->qkv, s, flash16 ? NULL : a->grad_b, M, a->grad_a, accumulate));
+        BFP8_TRY(model_linear_backward(&blk->qkv, s, flash16 ? NULL : a->grad_b, M, bf16 ? NULL : a->grad_a,
+                                       accumulate));
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm, a->attn_rstd[l], M,
-                              D);
+        if (bf16)
+            ops->rmsnorm_backward_bf16(oc, dres, blk->d_attn_norm, s->in_bf16, a->residual[l], blk->attn_norm,
+                                       a->attn_rstd[l], M, D);
+        else
+            ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm,
+                                  a->attn_rstd[l], M, D);
     }
     PROFILE(oc, ELEMENTWISE);
     ops->embedding_backward(oc, m->d_tok_emb, dres, a->tokens, M, D);

@@ -46,6 +46,8 @@ typedef struct model_ops {
                                  int64_t tokens, int64_t dim, float eps);
     void (*rmsnorm_backward)(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                              const float *weight, const float *rstd, int64_t tokens, int64_t dim);
+    void (*rmsnorm_backward_bf16)(model_ops_ctx *oc, float *dx, float *dweight, const uint16_t *dout, const float *x,
+                                  const float *weight, const float *rstd, int64_t tokens, int64_t dim);
     void (*rope_forward)(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
                          int64_t row_stride, const float *cos_table, const float *sin_table);
     void (*rope_backward)(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
@@ -67,7 +69,7 @@ typedef struct model_ops {
                             int64_t hidden);
     void (*swiglu_forward_bf16)(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens,
                                 int64_t hidden);
-    void (*swiglu_backward_bf16)(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const uint16_t *gate_up,
+    void (*swiglu_backward_bf16)(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t *dout, const uint16_t *gate_up,
                                  int64_t tokens, int64_t hidden);
     double (*cross_entropy_forward)(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
                                     int64_t tokens, int64_t vocab);
@@ -137,6 +139,8 @@ void rmsnorm_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, float *rstd, co
                                int64_t tokens, int64_t dim, float eps);
 void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                            const float *weight, const float *rstd, int64_t tokens, int64_t dim);
+void rmsnorm_backward_bf16_cuda(model_ops_ctx *oc, float *dx, float *dweight, const uint16_t *dout, const float *x,
+                                const float *weight, const float *rstd, int64_t tokens, int64_t dim);
 void rope_forward_cuda(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
                        int64_t row_stride, const float *cos_table, const float *sin_table);
 void rope_backward_cuda(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
@@ -157,7 +161,7 @@ void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout,
                           int64_t hidden);
 void swiglu_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens,
                               int64_t hidden);
-void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const uint16_t *gate_up,
+void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t *dout, const uint16_t *gate_up,
                                int64_t tokens, int64_t hidden);
 double cross_entropy_forward_cuda(model_ops_ctx *oc, float *row_losses, const float *logits, const int32_t *targets,
                                   int64_t tokens, int64_t vocab);

@@ -22,4 +22,8 @@ void rmsnorm_forward_bf16(model_ops_ctx *oc, uint16_t *out, float *rstd, const f
 void rmsnorm_backward(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                       const float *weight, const float *rstd, int64_t tokens, int64_t dim);
 
+/* The same with dout as bf16 (a bf16 linear layer's dx as it is). */
+void rmsnorm_backward_bf16(model_ops_ctx *oc, float *dx, float *dweight, const uint16_t *dout, const float *x,
+                           const float *weight, const float *rstd, int64_t tokens, int64_t dim);
+
 #endif /* BFP8_MODEL_RMSNORM_H */

@@ -48,20 +48,19 @@ void swiglu_forward_bf16(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_
     }
 }
 
-void swiglu_backward_bf16(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout, const uint16_t *gate_up,
+void swiglu_backward_bf16(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t *dout, const uint16_t *gate_up,
                           int64_t tokens, int64_t hidden) {
     (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
-        const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
-        const float *d = dout + t * hidden;
+        const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden, *d = dout + t * hidden;
         uint16_t *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
         for (int64_t i = 0; i < hidden; ++i) {
-            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]);
+            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]), di = bfp8_decode_bf16(d[i]);
             const float sig = 1.0f / (1.0f + expf(-g));
             const float silu = g * sig;
-            dup[i] = bfp8_encode_bf16(d[i] * silu);
-            dgate[i] = bfp8_encode_bf16(d[i] * u * sig * (1.0f + g * (1.0f - sig)));
+            dup[i] = bfp8_encode_bf16(di * silu);
+            dgate[i] = bfp8_encode_bf16(di * u * sig * (1.0f + g * (1.0f - sig)));
         }
     }
 }

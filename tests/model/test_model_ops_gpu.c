@@ -1,8 +1,8 @@
 /*
  * test_model_ops_gpu.c - the model's CUDA operations (src/model/cuda/
  * model_kernels.cu, declared in model_ops.h) against their CPU references,
- * op by op: embedding, RMSNorm, RoPE, SwiGLU (and the bf16-output forms of
- * RMSNorm and SwiGLU), cross-entropy, fp32 matmul and
+ * op by op: embedding, RMSNorm, RoPE, SwiGLU (and the bf16 forms of RMSNorm
+ * and SwiGLU), cross-entropy, fp32 matmul and
  * transpose, AdamW, the gradient norm, copies and bf16 conversions.
  * Attention has its own test (test_attention_gpu.c).
  *
@@ -255,6 +255,7 @@ static void test_rmsnorm(test_rng *rng) {
     op_summary fwd = {"rmsnorm_forward", "(row-relative; bound 1e-5)", 0, 0};
     op_summary bwd = {"rmsnorm_backward", "(row-relative; bound 1e-5)", 0, 0};
     op_summary fwd16 = {"rmsnorm_forward_bf16", "(row-relative; bound 8e-3; = fp32 op rounded)", 0, 0};
+    op_summary bwd16 = {"rmsnorm_backward_bf16", "(row-relative; bound 1e-5; = fp32 op on widened)", 0, 0};
     /* the backward is one kernel for rows up to 4096 (float4) or 1024 (else), by
      * chunks of tokens (of 3 at 2113 tokens, the last one of 1), and two
      * kernels for longer rows (8192) */
@@ -336,6 +337,47 @@ static void test_rmsnorm(test_rng *rng) {
             CHECK(err <= tol, "%s: backward dweight error %g", what, err);
             note(&bwd, err);
 
+            /* the bf16 form (dout in bf16): the fp32 form on dout widened, bit for bit (one kernel source), and
+             * the CPU's bf16 form within the bound; dx and dweight start from the values just computed */
+            {
+                uint16_t *dout16 = test_malloc((size_t)n * sizeof(uint16_t));
+                float *dout_w = test_malloc((size_t)n * sizeof(float));
+                for (int64_t i = 0; i < n; ++i) {
+                    dout16[i] = bfp8_encode_bf16(dout[i]);
+                    dout_w[i] = bfp8_decode_bf16(dout16[i]);
+                }
+                float *dx_w = test_malloc((size_t)n * sizeof(float)), *dw_w = test_malloc((size_t)dim * sizeof(float));
+                float *dx16 = test_malloc((size_t)n * sizeof(float)), *dw16 = test_malloc((size_t)dim * sizeof(float));
+                uint16_t *d_dout16 = dev_copy_of(dout16, (size_t)n * sizeof(uint16_t));
+                float *d_dout_w = dev_copy_of(dout_w, (size_t)n * sizeof(float));
+                float *d_dx2 = dev_copy_of(dx, (size_t)n * sizeof(float));
+                float *d_dw2 = dev_copy_of(dweight, (size_t)dim * sizeof(float));
+                CHECK_OK(bfp8_copy_to_backend(g_ctx, d_dx, dx, (size_t)n * sizeof(float)));
+                CHECK_OK(bfp8_copy_to_backend(g_ctx, d_dweight, dweight, (size_t)dim * sizeof(float)));
+                rmsnorm_backward_cuda(&g_oc, d_dx, d_dweight, d_dout_w, d_x, d_weight, d_rstd, tokens, dim);
+                rmsnorm_backward_bf16_cuda(&g_oc, d_dx2, d_dw2, d_dout16, d_x, d_weight, d_rstd, tokens, dim);
+                finish_op("rmsnorm_backward_bf16_cuda");
+                to_host(dx_w, d_dx, (size_t)n * sizeof(float));
+                to_host(dw_w, d_dweight, (size_t)dim * sizeof(float));
+                to_host(dx16, d_dx2, (size_t)n * sizeof(float));
+                to_host(dw16, d_dw2, (size_t)dim * sizeof(float));
+                int64_t diffs = test_compare_f32_bits(what, dx_w, dx16, n);
+                diffs += test_compare_f32_bits(what, dw_w, dw16, dim);
+                CHECK(diffs == 0, "%s: backward bf16: %lld floats differ from the fp32 form on dout widened", what,
+                      (long long)diffs);
+                rmsnorm_backward_bf16(NULL, dx, dweight, dout16, x, weight, rstd, tokens, dim);
+                err = row_error(dx, dx16, tokens, dim);
+                const double err_w = row_error(dweight, dw16, 1, dim);
+                if (err_w > err) err = err_w;
+                CHECK(err <= tol, "%s: backward bf16 error %g", what, err);
+                note(&bwd16, err);
+                bfp8_free(g_ctx, d_dout16);
+                bfp8_free(g_ctx, d_dout_w);
+                bfp8_free(g_ctx, d_dx2);
+                bfp8_free(g_ctx, d_dw2);
+                free(dout16), free(dout_w), free(dx_w), free(dw_w), free(dx16), free(dw16);
+            }
+
             bfp8_free(g_ctx, d_x);
             bfp8_free(g_ctx, d_weight);
             bfp8_free(g_ctx, d_out);
@@ -355,6 +397,7 @@ static void test_rmsnorm(test_rng *rng) {
     print_summary(&fwd);
     print_summary(&fwd16);
     print_summary(&bwd);
+    print_summary(&bwd16);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -459,15 +502,23 @@ static void test_swiglu(test_rng *rng) {
             CHECK(err <= tol, "%s: backward error %g", what, err);
             note(&bwd, err);
 
-            /* the bf16 forms (gate_up in bf16), against the fp32 forms on gate_up widened and the CPU's bf16
+            /* the bf16 forms (gate_up and dout in bf16), against the fp32 forms on gate_up widened and the CPU's bf16
              * forms */
             {
                 uint16_t *gu16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
+                uint16_t *dout16 = test_malloc((size_t)n * sizeof(uint16_t));
                 float *widened = test_malloc((size_t)(2 * n) * sizeof(float));
+                float *dout_w = test_malloc((size_t)n * sizeof(float));
                 for (int64_t i = 0; i < 2 * n; ++i) {
                     gu16[i] = bfp8_encode_bf16(gate_up[i]);
                     widened[i] = bfp8_decode_bf16(gu16[i]);
                 }
+                for (int64_t i = 0; i < n; ++i) {
+                    dout16[i] = bfp8_encode_bf16(dout[i]);
+                    dout_w[i] = bfp8_decode_bf16(dout16[i]);
+                }
+                uint16_t *d_dout16 = dev_copy_of(dout16, (size_t)n * sizeof(uint16_t));
+                float *d_dout_w = dev_copy_of(dout_w, (size_t)n * sizeof(float));
                 uint16_t *d_gu16 = dev_copy_of(gu16, (size_t)(2 * n) * sizeof(uint16_t));
                 float *d_widened = dev_copy_of(widened, (size_t)(2 * n) * sizeof(float));
                 float *f32 = test_malloc((size_t)(2 * n) * sizeof(float));
@@ -489,11 +540,11 @@ static void test_swiglu(test_rng *rng) {
                 CHECK(err <= 8e-3, "%s: forward bf16 error %g", what, err);
                 note(&fwd16, err);
 
-                swiglu_backward_cuda(&g_oc, d_dgate_up, d_dout, d_widened, tokens, hidden);
+                swiglu_backward_cuda(&g_oc, d_dgate_up, d_dout_w, d_widened, tokens, hidden);
                 finish_op("swiglu_backward_cuda (widened)");
                 to_host(f32, d_dgate_up, (size_t)(2 * n) * sizeof(float));
-                swiglu_backward_bf16(NULL, ref16, dout, gu16, tokens, hidden);
-                swiglu_backward_bf16_cuda(&g_oc, d_16, d_dout, d_gu16, tokens, hidden);
+                swiglu_backward_bf16(NULL, ref16, dout16, gu16, tokens, hidden);
+                swiglu_backward_bf16_cuda(&g_oc, d_16, d_dout16, d_gu16, tokens, hidden);
                 finish_op("swiglu_backward_bf16_cuda");
                 to_host(got16, d_16, (size_t)(2 * n) * sizeof(uint16_t));
                 err = bf16_output_error(what, ref16, got16, f32, tokens, 2 * hidden, &diffs);
@@ -504,7 +555,9 @@ static void test_swiglu(test_rng *rng) {
                 bfp8_free(g_ctx, d_16);
                 bfp8_free(g_ctx, d_gu16);
                 bfp8_free(g_ctx, d_widened);
-                free(gu16), free(widened), free(f32), free(ref16), free(got16);
+                bfp8_free(g_ctx, d_dout16);
+                bfp8_free(g_ctx, d_dout_w);
+                free(gu16), free(widened), free(f32), free(ref16), free(got16), free(dout16), free(dout_w);
             }
 
             bfp8_free(g_ctx, d_gate_up);
@@ -939,6 +992,7 @@ static void test_empty_sizes(void) {
     swiglu_forward_cuda(&g_oc, NULL, NULL, 0, 10);
     swiglu_backward_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
     rmsnorm_forward_bf16_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, 64, 1e-5f);
+    rmsnorm_backward_bf16_cuda(&g_oc, NULL, NULL, NULL, NULL, NULL, NULL, 0, 64);
     swiglu_forward_bf16_cuda(&g_oc, NULL, NULL, 0, 10);
     swiglu_backward_bf16_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
     const double mean = cross_entropy_forward_cuda(&g_oc, NULL, NULL, NULL, 0, 10);

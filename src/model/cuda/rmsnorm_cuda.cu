@@ -43,13 +43,14 @@ __global__ void rmsnorm_forward_kernel(Out *__restrict__ out, float *__restrict_
 }
 
 /* dx += rstd * (g - x * c),  g = dout * weight,  c = sum(g * x) * rstd^2 / dim. */
-template <int V>
-__global__ void rmsnorm_backward_dx_kernel(float *__restrict__ dx, const float *__restrict__ dout,
+template <int V, typename D>
+__global__ void rmsnorm_backward_dx_kernel(float *__restrict__ dx, const D *__restrict__ dout,
                                            const float *__restrict__ x, const float *__restrict__ weight,
                                            const float *__restrict__ rstd, int64_t tokens, int64_t dim) {
     const int64_t vecs = dim / V;
     for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
-        const float *xt = x + t * dim, *dt = dout + t * dim;
+        const float *xt = x + t * dim;
+        const D *dt = dout + t * dim;
         float dot = 0.0f;
         for (int64_t j = threadIdx.x; j < vecs; j += blockDim.x) {
             const floats<V> a = load<V>(xt + j * V), d = load<V>(dt + j * V), w = load<V>(weight + j * V);
@@ -78,9 +79,9 @@ __global__ void rmsnorm_backward_dx_kernel(float *__restrict__ dx, const float *
  * partial[chunk][column] at the end (then summed in chunk order). */
 constexpr int kMaxVecsPerThread = 2;
 
-template <int V>
+template <int V, typename D>
 __global__ void rmsnorm_backward_fused_kernel(float *__restrict__ dx, float *__restrict__ partial,
-                                              const float *__restrict__ dout, const float *__restrict__ x,
+                                              const D *__restrict__ dout, const float *__restrict__ x,
                                               const float *__restrict__ weight, const float *__restrict__ rstd,
                                               int64_t tokens, int64_t dim, int64_t tokens_per_chunk) {
     const int64_t vecs = dim / V;
@@ -95,7 +96,8 @@ __global__ void rmsnorm_backward_fused_kernel(float *__restrict__ dx, float *__r
         if (j < vecs) w[k] = load<V>(weight + j * V);
     }
     for (int64_t t = t0; t < t1; ++t) {
-        const float *xt = x + t * dim, *dt = dout + t * dim;
+        const float *xt = x + t * dim;
+        const D *dt = dout + t * dim;
         float *dxt = dx + t * dim;
         floats<V> a[kMaxVecsPerThread], d[kMaxVecsPerThread], g[kMaxVecsPerThread];
         float dot = 0.0f;
@@ -136,8 +138,9 @@ __global__ void rmsnorm_backward_fused_kernel(float *__restrict__ dx, float *__r
 /* The weight gradient over one chunk of tokens (blockIdx.y), a thread per
  * column, tokens in order. partial == NULL (one chunk): added straight to
  * dweight; else the chunk's sums go to partial[chunk][column]. */
+template <typename D>
 __global__ void rmsnorm_dweight_chunk_kernel(float *__restrict__ partial, float *__restrict__ dweight,
-                                             const float *__restrict__ dout, const float *__restrict__ x,
+                                             const D *__restrict__ dout, const float *__restrict__ x,
                                              const float *__restrict__ rstd, int64_t tokens, int64_t dim,
                                              int64_t tokens_per_chunk) {
     const int64_t col = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -146,7 +149,7 @@ __global__ void rmsnorm_dweight_chunk_kernel(float *__restrict__ partial, float 
     const int64_t t1 = t0 + tokens_per_chunk < tokens ? t0 + tokens_per_chunk : tokens;
     float acc = 0.0f;
 #pragma unroll 4
-    for (int64_t t = t0; t < t1; ++t) acc += dout[t * dim + col] * x[t * dim + col] * rstd[t];
+    for (int64_t t = t0; t < t1; ++t) acc += load<1>(dout + t * dim + col).v[0] * x[t * dim + col] * rstd[t];
     if (partial)
         partial[(int64_t)blockIdx.y * dim + col] = acc;
     else
@@ -202,7 +205,8 @@ constexpr int64_t kNormChunks = 1056;
  * accesses: dim 4096 with float4; a thread takes two where it can, so that
  * more, smaller blocks share an SM): returns false when the row is too long
  * for it. */
-bool rmsnorm_backward_fused(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
+template <typename D>
+bool rmsnorm_backward_fused(model_ops_ctx *oc, float *dx, float *dweight, const D *dout, const float *x,
                             const float *weight, const float *rstd, int64_t tokens, int64_t dim, bool vec) {
     const int64_t items = vec ? dim / 4 : dim;
     if (items > (int64_t)kMaxVecsPerThread * kMaxRowThreads) return false;
@@ -225,10 +229,10 @@ bool rmsnorm_backward_fused(model_ops_ctx *oc, float *dx, float *dweight, const 
     return true;
 }
 
-} /* namespace */
 
-extern "C" void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
-                                      const float *weight, const float *rstd, int64_t tokens, int64_t dim) {
+template <typename D>
+void rmsnorm_backward_launch(model_ops_ctx *oc, float *dx, float *dweight, const D *dout, const float *x,
+                             const float *weight, const float *rstd, int64_t tokens, int64_t dim) {
     if (tokens <= 0 || dim <= 0) return;
     const bool vec = dim % 4 == 0 && aligned16(dx) && aligned16(dout) && aligned16(x) && aligned16(weight);
     if (rmsnorm_backward_fused(oc, dx, dweight, dout, x, weight, rstd, tokens, dim, vec)) return;
@@ -265,4 +269,17 @@ extern "C" void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweig
         rmsnorm_dweight_sum_kernel<<<(unsigned)col_blocks, kThreads, 0, stream(oc)>>>(dweight, partial, chunks, dim);
         check_launch(oc, "rmsnorm_backward (dweight sum)");
     }
+}
+
+} /* namespace */
+
+extern "C" void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
+                                      const float *weight, const float *rstd, int64_t tokens, int64_t dim) {
+    rmsnorm_backward_launch(oc, dx, dweight, dout, x, weight, rstd, tokens, dim);
+}
+
+extern "C" void rmsnorm_backward_bf16_cuda(model_ops_ctx *oc, float *dx, float *dweight, const uint16_t *dout,
+                                           const float *x, const float *weight, const float *rstd, int64_t tokens,
+                                           int64_t dim) {
+    rmsnorm_backward_launch(oc, dx, dweight, dout, x, weight, rstd, tokens, dim);
 }

@@ -11,7 +11,7 @@ using namespace bfp8_model_cuda;
 
 namespace {
 
-/* gate_up: fp32, or bf16 (a bf16 linear layer's output as it is); out
+/* gate_up (and dout): fp32, or bf16 (a bf16 linear layer's output as it is); out
  * (dgate_up): fp32, or bf16 (the input, or the output gradient, of a bf16
  * linear layer, rounded here instead of in a pass of its own). */
 template <int V, typename In, typename Out>
@@ -32,7 +32,7 @@ __global__ void swiglu_forward_kernel(Out *__restrict__ out, const In *__restric
 }
 
 template <int V, typename In, typename Out>
-__global__ void swiglu_backward_kernel(Out *__restrict__ dgate_up, const float *__restrict__ dout,
+__global__ void swiglu_backward_kernel(Out *__restrict__ dgate_up, const In *__restrict__ dout,
                                        const In *__restrict__ gate_up, int64_t tokens, int64_t hidden) {
     const int64_t vecs = hidden / V;
     for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
@@ -71,7 +71,7 @@ void swiglu_forward_launch(model_ops_ctx *oc, Out *out, const In *gate_up, int64
 }
 
 template <typename In, typename Out>
-void swiglu_backward_launch(model_ops_ctx *oc, Out *dgate_up, const float *dout, const In *gate_up, int64_t tokens,
+void swiglu_backward_launch(model_ops_ctx *oc, Out *dgate_up, const In *dout, const In *gate_up, int64_t tokens,
                             int64_t hidden, const char *what) {
     if (tokens <= 0 || hidden <= 0) return;
     const bool vec = hidden % 4 == 0 && aligned16(dgate_up) && aligned16(dout) && aligned16(gate_up);
@@ -102,7 +102,7 @@ extern "C" void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const f
     swiglu_backward_launch(oc, dgate_up, dout, gate_up, tokens, hidden, "swiglu_backward");
 }
 
-extern "C" void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const float *dout,
+extern "C" void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t *dout,
                                           const uint16_t *gate_up, int64_t tokens, int64_t hidden) {
     swiglu_backward_launch(oc, dgate_up, dout, gate_up, tokens, hidden, "swiglu_backward_bf16");
 }
