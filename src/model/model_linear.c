@@ -104,8 +104,10 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
     PROFILE(oc, LINEAR);
     BFP8_TRY(bfp8_linear_forward(l->lin, x_bf16, tokens, s->out_bf16));
     PROFILE(oc, ELEMENTWISE);
-    if (residual) l->ops->copy_f32(oc, y, residual, tokens * N);
-    l->ops->bf16_to_f32(oc, y, s->out_bf16, tokens * N, residual != NULL);
+    if (residual)
+        l->ops->add_bf16_f32(oc, y, residual, s->out_bf16, tokens * N);
+    else
+        l->ops->bf16_to_f32(oc, y, s->out_bf16, tokens * N, 0);
     return BFP8_OK;
 }
 

@@ -52,6 +52,12 @@ static void bf16_to_f32_cpu(model_ops_ctx *oc, float *dst, const uint16_t *src, 
     }
 }
 
+static void add_bf16_f32_cpu(model_ops_ctx *oc, float *dst, const float *a, const uint16_t *b, int64_t n) {
+    (void)oc;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
+    for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + bfp8_decode_bf16(b[i]);
+}
+
 const model_ops model_ops_cpu = {
     .name = "cpu",
     .embedding_forward = embedding_forward,
@@ -81,6 +87,7 @@ const model_ops model_ops_cpu = {
     .add_f32 = add_f32_cpu,
     .f32_to_bf16 = f32_to_bf16_cpu,
     .bf16_to_f32 = bf16_to_f32_cpu,
+    .add_bf16_f32 = add_bf16_f32_cpu,
 };
 
 #if defined(BFP8_WITH_CUDA)
@@ -113,6 +120,7 @@ static const model_ops model_ops_cuda_table = {
     .add_f32 = add_f32_cuda,
     .f32_to_bf16 = f32_to_bf16_cuda,
     .bf16_to_f32 = bf16_to_f32_cuda,
+    .add_bf16_f32 = add_bf16_f32_cuda,
 };
 #endif
 

@@ -82,12 +82,14 @@ typedef struct model_ops {
                          const adamw_hparams *h, float grad_scale, int64_t step, int decay);
     double (*gradient_global_norm)(model_ops_ctx *oc, const float *grad, size_t n);
     /* dst = src (n floats); dst = 0; dst += src; dst = bf16(src) (round to
-     * nearest even); dst = f32(src), or dst += f32(src) when add */
+     * nearest even); dst = f32(src), or dst += f32(src) when add; dst = a +
+     * f32(b) (a may be dst) */
     void (*copy_f32)(model_ops_ctx *oc, float *dst, const float *src, int64_t n);
     void (*zero_f32)(model_ops_ctx *oc, float *dst, int64_t n);
     void (*add_f32)(model_ops_ctx *oc, float *dst, const float *src, int64_t n);
     void (*f32_to_bf16)(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n);
     void (*bf16_to_f32)(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, int add);
+    void (*add_bf16_f32)(model_ops_ctx *oc, float *dst, const float *a, const uint16_t *b, int64_t n);
 } model_ops;
 
 /* The CPU references, and the table of a context's backend (NULL when this
@@ -178,6 +180,7 @@ void zero_f32_cuda(model_ops_ctx *oc, float *dst, int64_t n);
 void add_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t n);
 void f32_to_bf16_cuda(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n);
 void bf16_to_f32_cuda(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, int add);
+void add_bf16_f32_cuda(model_ops_ctx *oc, float *dst, const float *a, const uint16_t *b, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -914,6 +914,7 @@ static void fill_bf16_inputs(float *x, int64_t n, test_rng *rng) {
 static void test_bf16_conversions(test_rng *rng) {
     op_summary to16 = {"f32_to_bf16", "(differing bf16; must be 0)", 0, 0};
     op_summary from16 = {"bf16_to_f32", "(differing floats; must be 0)", 0, 0};
+    op_summary add16 = {"add_bf16_f32", "(differing floats; must be 0)", 0, 0};
     for (int ni = 0; ni < COUNT_OF(kFlatSizes); ++ni)
         for (int off = 0; off < 2; ++off) {
             const int64_t n = kFlatSizes[ni] + 65536, total = n + 4; /* every bf16 pattern at least once */
@@ -964,6 +965,27 @@ static void test_bf16_conversions(test_rng *rng) {
                 /* the next round adds to what this one left, on both sides */
             }
 
+            /* dst = a + f32(b): a out of place (at offset 1, so the scalar path runs when off = 0), then in
+             * place (a = dst); one IEEE addition, the same bits except a NaN's payload */
+            for (int in_place = 0; in_place < 2; ++in_place) {
+                const float *a_host = in_place ? dst + off : src + 1;
+                const float *a_dev = in_place ? d_dst + off : d_src + 1;
+                model_ops_cpu.add_bf16_f32(NULL, dst + off, a_host, half + 1, n);
+                add_bf16_f32_cuda(&g_oc, d_dst + off, a_dev, d_half + 1, n);
+                finish_op("add_bf16_f32_cuda");
+                to_host(got, d_dst, (size_t)total * sizeof(float));
+                diffs = 0;
+                for (int64_t i = 0; i < total; ++i)
+                    if (bfp8_bits_of(dst[i]) != bfp8_bits_of(got[i]) && !(isnan(dst[i]) && isnan(got[i]))) {
+                        if (diffs < 5)
+                            fprintf(stderr, "  %s add_bf16_f32 [%lld]: %a vs %a\n", what, (long long)i, dst[i], got[i]);
+                        ++diffs;
+                    }
+                CHECK(diffs == 0, "%s: add_bf16_f32 (in place %d), %lld floats differ", what, in_place,
+                      (long long)diffs);
+                note(&add16, (double)diffs);
+            }
+
             bfp8_free(g_ctx, d_src);
             bfp8_free(g_ctx, d_half);
             bfp8_free(g_ctx, d_dst);
@@ -976,6 +998,7 @@ static void test_bf16_conversions(test_rng *rng) {
         }
     print_summary(&to16);
     print_summary(&from16);
+    print_summary(&add16);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1008,6 +1031,7 @@ static void test_empty_sizes(void) {
     zero_f32_cuda(&g_oc, NULL, -1);
     f32_to_bf16_cuda(&g_oc, NULL, NULL, 0);
     bf16_to_f32_cuda(&g_oc, NULL, NULL, 0, 1);
+    add_bf16_f32_cuda(&g_oc, NULL, NULL, NULL, 0);
     finish_op("empty sizes");
 }
 
