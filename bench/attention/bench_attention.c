@@ -97,7 +97,8 @@ int main(int argc, char **argv) {
 
     const int64_t dim = heads * head_dim, tokens = batch * seq;
     const size_t qkv_n = (size_t)(tokens * 3 * dim), out_n = (size_t)(tokens * dim);
-    const size_t probs_n = flash ? (size_t)(batch * heads * seq) + out_n : (size_t)(batch * heads * seq * seq);
+    const size_t probs_n = flash ? (size_t)flash_attention_saved_floats(batch, seq, heads, head_dim)
+                                 : (size_t)(batch * heads * seq * seq);
     const size_t scratch_n = (size_t)(flash ? flash_attention_scratch_floats(batch, seq, heads, head_dim)
                                             : attention_scratch_floats(batch, seq, heads, head_dim));
     float *h_qkv = malloc(qkv_n * sizeof(float)), *h_dout = malloc(out_n * sizeof(float));

@@ -13,7 +13,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "formats/formats.h"
 #include "model/matmul.h"
+#include "model/rope.h"
 
 enum { ROWS = 32 };
 
@@ -105,4 +107,55 @@ void attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const fl
                               s1 - s0, head_dim, seq - s0, 0);
         }
     }
+}
+
+/* ------------------------------------------------------------------------ */
+/* With RoPE folded in                                                       */
+
+int64_t rope_attention_scratch_floats(int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim) {
+    return attention_scratch_floats(batch, seq, n_heads, head_dim) + 7 * batch * seq * n_heads * head_dim;
+}
+
+/* The parts of the scratch behind attention's own: the rotated qkv (3n),
+ * then dO or the output in fp32 (n), then dqkv in fp32 (3n). */
+static float *rotated_qkv(float *scratch, const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq,
+                          int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table) {
+    const int64_t dim = n_heads * head_dim, count = batch * seq * 3 * dim;
+    float *rotated = scratch + attention_scratch_floats(batch, seq, n_heads, head_dim);
+    if (qkv)
+        memcpy(rotated, qkv, (size_t)count * sizeof *rotated);
+    else
+        for (int64_t i = 0; i < count; ++i) rotated[i] = bfp8_decode_bf16(qkv_bf16[i]);
+    rope_forward(NULL, rotated, batch, seq, n_heads, head_dim, 3 * dim, cos_table, sin_table);
+    rope_forward(NULL, rotated + dim, batch, seq, n_heads, head_dim, 3 * dim, cos_table, sin_table);
+    return rotated;
+}
+
+void rope_attention_forward(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
+                            const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq, int64_t n_heads,
+                            int64_t head_dim, const float *cos_table, const float *sin_table) {
+    const int64_t n = batch * seq * n_heads * head_dim;
+    float *rotated = rotated_qkv(scratch, qkv, qkv_bf16, batch, seq, n_heads, head_dim, cos_table, sin_table);
+    float *o = out ? out : rotated + 3 * n;
+    attention_forward(oc, o, probs, scratch, rotated, batch, seq, n_heads, head_dim);
+    if (!out)
+        for (int64_t i = 0; i < n; ++i) out_bf16[i] = bfp8_encode_bf16(o[i]);
+}
+
+void rope_attention_backward(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch, const float *dout,
+                             const uint16_t *dout_bf16, const float *qkv, const uint16_t *qkv_bf16, const float *probs,
+                             int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim, const float *cos_table,
+                             const float *sin_table) {
+    const int64_t dim = n_heads * head_dim, n = batch * seq * dim;
+    float *rotated = rotated_qkv(scratch, qkv, qkv_bf16, batch, seq, n_heads, head_dim, cos_table, sin_table);
+    float *d_o = rotated + 3 * n, *dq = dqkv ? dqkv : d_o + n;
+    if (!dout) {
+        for (int64_t i = 0; i < n; ++i) d_o[i] = bfp8_decode_bf16(dout_bf16[i]);
+        dout = d_o;
+    }
+    attention_backward(oc, dq, scratch, dout, rotated, probs, batch, seq, n_heads, head_dim);
+    rope_backward(NULL, dq, batch, seq, n_heads, head_dim, 3 * dim, cos_table, sin_table);
+    rope_backward(NULL, dq + dim, batch, seq, n_heads, head_dim, 3 * dim, cos_table, sin_table);
+    if (!dqkv)
+        for (int64_t i = 0; i < 3 * n; ++i) dqkv_bf16[i] = bfp8_encode_bf16(dq[i]);
 }

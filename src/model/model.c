@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "model/attention.h"
 #include "model/model_moe.h"
+#include "model/model_block.h"
 #include "model/model_profile.h"
 #include "model/rng.h"
 #include "model/rope.h"
@@ -61,11 +62,18 @@ static void plan_activations(model *m, arena_plan *a) {
         float *r = take_floats(a, M * D);
         if (a->base) act->residual[l] = r;
     }
+    /* Flash attention keeps its bf16 q | k | v in probs (flash_attention_saved_floats), so the backward never
+     * reads qkv: the layers share one. The bf16 recipes keep gate_up as the linear layer's bf16 output. */
+    const int flash = m->options.flash_attention, exact = m->options.exact_linears;
+    const int bf16_io = !exact && !model_linear_f32_activations(m->options.recipe, exact);
+    const int64_t gate_up_floats = bf16_io ? M * F : M * 2 * F;
+    const int64_t probs = flash ? flash_attention_saved_floats(B, T, c->n_heads, D / c->n_heads)
+                                : B * c->n_heads * T * T;
+    float *shared_qkv = flash ? take_floats(a, M * 3 * D) : NULL;
     for (int64_t l = 0; l < L; ++l) {
         float *mid = take_floats(a, M * D), *ar = take_floats(a, M), *mr = take_floats(a, M);
-        const int64_t probs = m->options.flash_attention ? B * c->n_heads * T + M * D : B * c->n_heads * T * T;
-        float *qkv = take_floats(a, M * 3 * D), *pr = take_floats(a, probs);
-        float *gu = take_floats(a, model_config_moe_layer(c, (int)l) ? 0 : M * 2 * F);
+        float *qkv = flash ? shared_qkv : take_floats(a, M * 3 * D), *pr = take_floats(a, probs);
+        float *gu = take_floats(a, model_config_moe_layer(c, (int)l) ? 0 : gate_up_floats);
         if (a->base) {
             act->residual_mid[l] = mid;
             act->attn_rstd[l] = ar;
@@ -89,8 +97,6 @@ static void plan_activations(model *m, arena_plan *a) {
     act->tokens = arena_take(a, (size_t)M * sizeof(int32_t));
     act->targets = arena_take(a, (size_t)M * sizeof(int32_t));
     /* bf16 boundaries: the recipes with a bf16 GEMM only */
-    const int exact = m->options.exact_linears;
-    const int bf16_io = !exact && !model_linear_f32_activations(m->options.recipe, exact);
     const size_t bf16_scratch = bf16_io ? (size_t)(M * W) * sizeof(uint16_t) : 0;
     m->linear_scratch.in_bf16 = arena_take(a, bf16_scratch);
     m->linear_scratch.out_bf16 = arena_take(a, bf16_scratch);
@@ -396,8 +402,7 @@ bfp8_status model_sync_weights(model *m) {
 bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *targets, int64_t batch,
                           int64_t seq, double *loss) {
     const model_config *c = &m->config;
-    const int64_t D = c->dim, F = c->ffn_hidden, V = c->vocab_size, H = c->n_heads;
-    const int64_t hd = D / H, M = batch * seq;
+    const int64_t D = c->dim, V = c->vocab_size, M = batch * seq;
     if (batch < 1 || seq < 1 || batch > m->options.max_batch || seq > m->options.max_seq)
         return bfp8_fail(BFP8_ERR_SHAPE, "model_forward: batch %lld x seq %lld exceeds %lld x %lld",
                          (long long)batch, (long long)seq, (long long)m->options.max_batch,
@@ -408,7 +413,6 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
                              "model_forward: token id out of range [0, %lld) at position %lld",
                              (long long)V, (long long)i);
     model_activations *a = &m->act;
-    const model_linear_scratch *s = &m->linear_scratch;
     const model_ops *ops = m->ops;
     model_ops_ctx *oc = &m->oc;
     m->last_batch = batch;
@@ -418,28 +422,7 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
 
     PROFILE(oc, ELEMENTWISE);
     ops->embedding_forward(oc, a->residual[0], a->tokens, m->tok_emb, M, D);
-    for (int l = 0; l < c->n_layers; ++l) {
-        model_block *blk = &m->blocks[l];
-        PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_forward(oc, a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
-        BFP8_TRY(model_linear_forward(&blk->qkv, s, a->work_in, M, a->qkv[l], NULL));
-        PROFILE(oc, ELEMENTWISE);
-        ops->rope_forward(oc, a->qkv[l], batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        ops->rope_forward(oc, a->qkv[l] + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        PROFILE(oc, ATTENTION);
-        ops->attention_forward(oc, a->work_in, a->probs[l], a->attn_scratch, a->qkv[l], batch, seq, H, hd);
-        BFP8_TRY(model_linear_forward(&blk->out, s, a->work_in, M, a->residual_mid[l], a->residual[l]));
-        PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_forward(oc, a->work_in, a->mlp_rstd[l], a->residual_mid[l], blk->mlp_norm, M, D, c->norm_eps);
-        if (blk->moe) {
-            BFP8_TRY(model_moe_forward(m, blk->moe, a->work_in, M, a->residual[l + 1], a->residual_mid[l]));
-            continue;
-        }
-        BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
-        PROFILE(oc, ELEMENTWISE);
-        ops->swiglu_forward(oc, a->work_in, a->gate_up[l], M, F);
-        BFP8_TRY(model_linear_forward(&blk->down, s, a->work_in, M, a->residual[l + 1], a->residual_mid[l]));
-    }
+    for (int l = 0; l < c->n_layers; ++l) BFP8_TRY(model_block_forward(m, l, batch, seq));
     PROFILE(oc, ELEMENTWISE);
     ops->rmsnorm_forward(oc, a->final_out, a->final_rstd, a->residual[c->n_layers], m->final_norm, M, D, c->norm_eps);
     PROFILE(oc, HEAD_LOSS);
@@ -451,18 +434,16 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
 bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
                            float loss_scale, int accumulate) {
     const model_config *c = &m->config;
-    const int64_t D = c->dim, F = c->ffn_hidden, H = c->n_heads;
-    const int64_t batch = m->last_batch, seq = m->last_seq, hd = D / H, M = batch * seq;
+    const int64_t D = c->dim, M = m->last_batch * m->last_seq;
     if (M == 0) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "model_backward: no forward before it");
     model_activations *a = &m->act;
-    const model_linear_scratch *s = &m->linear_scratch;
     const model_ops *ops = m->ops;
     model_ops_ctx *oc = &m->oc;
     /* (the forward keeps its ids in backend memory; these are the same ids) */
     BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->tokens, tokens, (size_t)M * sizeof *tokens));
     BFP8_TRY(bfp8_copy_to_backend(m->ctx, a->targets, targets, (size_t)M * sizeof *targets));
     PROFILE(oc, ELEMENTWISE);
-    if (!accumulate) ops->zero_f32(oc, m->grads, (int64_t)m->num_params);
+    if (!accumulate) model_zero_added_gradients(m);
 
     PROFILE(oc, HEAD_LOSS);
     BFP8_TRY(head_loss_backward(&m->head_layer, ops, oc, a->grad_a, m->d_head, m->head, a->final_out, a->targets,
@@ -472,32 +453,7 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     ops->zero_f32(oc, dres, M * D);
     ops->rmsnorm_backward(oc, dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm, a->final_rstd,
                           M, D);
-    for (int l = c->n_layers - 1; l >= 0; --l) {
-        model_block *blk = &m->blocks[l];
-        /* dres: the gradient of the block's output */
-        if (blk->moe) {
-            BFP8_TRY(model_moe_backward(m, blk->moe, dres, a->grad_a, accumulate));
-        } else {
-            BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, a->grad_a, accumulate));
-            PROFILE(oc, ELEMENTWISE);
-            ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
-            BFP8_TRY(model_linear_backward(&blk->gate_up, s, a->grad_b, M, a->grad_a, accumulate));
-        }
-        PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l],
-                              M, D);
-        /* dres: the gradient of residual_mid */
-        BFP8_TRY(model_linear_backward(&blk->out, s, dres, M, a->grad_a, accumulate));
-        PROFILE(oc, ATTENTION);
-        ops->attention_backward(oc, a->grad_b, a->attn_scratch, a->grad_a, a->qkv[l], a->probs[l], batch, seq, H, hd);
-        PROFILE(oc, ELEMENTWISE);
-        ops->rope_backward(oc, a->grad_b, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        ops->rope_backward(oc, a->grad_b + D, batch, seq, H, hd, 3 * D, m->rope_cos, m->rope_sin);
-        BFP8_TRY(model_linear_backward(&blk->qkv, s, a->grad_b, M, a->grad_a, accumulate));
-        PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm, a->attn_rstd[l], M,
-                              D);
-    }
+    for (int l = c->n_layers - 1; l >= 0; --l) BFP8_TRY(model_block_backward(m, l, dres, accumulate));
     PROFILE(oc, ELEMENTWISE);
     ops->embedding_backward(oc, m->d_tok_emb, dres, a->tokens, M, D);
     PROFILE(oc, NONE);

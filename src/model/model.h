@@ -72,10 +72,11 @@ typedef struct model_activations {
     float **residual;      /* n_layers + 1 of tokens x dim: the input of each block, then the last output */
     float **residual_mid;  /* n_layers: after attention */
     float **attn_rstd, **mlp_rstd; /* n_layers of tokens */
-    float **qkv;           /* n_layers of tokens x 3 dim (q, k after RoPE) */
-    float **probs;         /* n_layers of batch x heads x seq x seq (flash attention: of batch x heads x
-                            * seq log-sum-exps and a tokens x dim copy of the output) */
-    float **gate_up;       /* n_layers of tokens x 2 ffn */
+    float **qkv;           /* n_layers of tokens x 3 dim (q, k after RoPE; flash attention: before it, one
+                            * buffer for all layers, bf16 in the bf16 recipes) */
+    float **probs;         /* n_layers of batch x heads x seq x seq (flash attention:
+                            * flash_attention_saved_floats, model_ops.h) */
+    float **gate_up;       /* n_layers of tokens x 2 ffn (the bf16 recipes: bf16, as the linear layer wrote it) */
     float *final_rstd;     /* tokens */
     float *final_out;      /* tokens x dim */
     float *work_in;        /* tokens x widest: a linear layer's fp32 input */

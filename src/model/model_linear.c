@@ -3,9 +3,10 @@
  * recipe takes the model's fp32 activations as they are (bfp8_linear's _f32
  * forms); the recipes with a bf16 GEMM convert fp32 to bf16 on the way in and
  * back on the way out, with the operations of the context's backend
- * (model_ops.h). With the step profile on, the time of bfp8_linear counts as
- * "linear" and that of the conversions and residual adds as "norms and
- * elementwise" (model_profile.h).
+ * (model_ops.h), unless the op next to them reads or writes bf16 itself
+ * (model_linear_input_bf16, and a NULL x, dy or dx). With the step profile
+ * on, the time of bfp8_linear counts as "linear" and that of the conversions
+ * and residual adds as "norms and elementwise" (model_profile.h).
  */
 #include "model/model_linear.h"
 
@@ -68,12 +69,19 @@ bfp8_status model_linear_set_weight(model_linear *l) {
     return bfp8_linear_set_weight(l->lin, l->weight);
 }
 
+uint16_t *model_linear_input_bf16(const model_linear *l) {
+    return l->exact || l->f32_activations ? NULL : l->saved_input;
+}
+
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
                                  int64_t tokens, float *y, const float *residual) {
     const int64_t K = l->in_features, N = l->out_features;
     if (tokens > l->max_tokens)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: %lld tokens, at most %lld", l->name,
                          (long long)tokens, (long long)l->max_tokens);
+    uint16_t *x_bf16 = model_linear_input_bf16(l);
+    if (!x && !x_bf16)
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: no input (only a bf16 layer takes it in place)", l->name);
     model_ops_ctx *oc = l->oc;
     if (l->exact) {
         float *x_saved = l->saved_input;
@@ -91,21 +99,40 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
         if (residual) l->ops->add_f32(oc, y, residual, tokens * N);
         return BFP8_OK;
     }
-    uint16_t *x_bf16 = l->saved_input;
     PROFILE(oc, ELEMENTWISE);
-    l->ops->f32_to_bf16(oc, x_bf16, x, tokens * K);
+    if (x) l->ops->f32_to_bf16(oc, x_bf16, x, tokens * K);
     PROFILE(oc, LINEAR);
     BFP8_TRY(bfp8_linear_forward(l->lin, x_bf16, tokens, s->out_bf16));
     PROFILE(oc, ELEMENTWISE);
-    if (residual) l->ops->copy_f32(oc, y, residual, tokens * N);
-    l->ops->bf16_to_f32(oc, y, s->out_bf16, tokens * N, residual != NULL);
+    if (residual)
+        l->ops->add_bf16_f32(oc, y, residual, s->out_bf16, tokens * N);
+    else
+        l->ops->bf16_to_f32(oc, y, s->out_bf16, tokens * N, 0);
     return BFP8_OK;
+}
+
+bfp8_status model_linear_forward_to_bf16(model_linear *l, const float *x, int64_t tokens, uint16_t *y) {
+    const int64_t K = l->in_features;
+    uint16_t *x_bf16 = model_linear_input_bf16(l);
+    if (!x_bf16)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: a bf16 output from a layer that works in fp32", l->name);
+    if (tokens > l->max_tokens)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: %lld tokens, at most %lld", l->name,
+                         (long long)tokens, (long long)l->max_tokens);
+    model_ops_ctx *oc = l->oc;
+    PROFILE(oc, ELEMENTWISE);
+    if (x) l->ops->f32_to_bf16(oc, x_bf16, x, tokens * K);
+    PROFILE(oc, LINEAR);
+    return bfp8_linear_forward(l->lin, x_bf16, tokens, y);
 }
 
 bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s, const float *dy,
                                   int64_t tokens, float *dx, int accumulate) {
     const int64_t K = l->in_features, N = l->out_features;
     model_ops_ctx *oc = l->oc;
+    if ((!dy || !dx) && !model_linear_input_bf16(l))
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: dy and dx stay bf16 in the scratch only in a bf16 layer",
+                         l->name);
     if (l->exact) {
         PROFILE(oc, LINEAR);
         l->ops->matmul_f32(oc, dx, K, dy, N, 0, l->weight, K, tokens, K, N, 0);
@@ -117,10 +144,10 @@ bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s
         return bfp8_linear_backward_f32(l->lin, dy, dx, l->grad, accumulate);
     }
     PROFILE(oc, ELEMENTWISE);
-    l->ops->f32_to_bf16(oc, s->out_bf16, dy, tokens * N);
+    if (dy) l->ops->f32_to_bf16(oc, s->out_bf16, dy, tokens * N);
     PROFILE(oc, LINEAR);
     BFP8_TRY(bfp8_linear_backward(l->lin, s->out_bf16, s->in_bf16, l->grad, accumulate));
     PROFILE(oc, ELEMENTWISE);
-    l->ops->bf16_to_f32(oc, dx, s->in_bf16, tokens * K, 0);
+    if (dx) l->ops->bf16_to_f32(oc, dx, s->in_bf16, tokens * K, 0);
     return BFP8_OK;
 }

@@ -30,7 +30,9 @@ typedef struct model_linear {
     model_ops_ctx *oc;         /* what they run with (the model's) */
 } model_linear;
 
-/* Shared scratch, sized for the widest layer and max_tokens. */
+/* Shared scratch, sized for the widest layer and max_tokens. The bf16
+ * recipes: out_bf16 holds a forward's output and a backward's dy, in_bf16 a
+ * backward's dx, each as bf16. */
 typedef struct model_linear_scratch {
     uint16_t *in_bf16, *out_bf16; /* max_tokens x widest */
     float *weight_t;              /* widest weight, transposed (exact mode) */
@@ -51,12 +53,25 @@ void model_linear_release(model_linear *l);
 /* Re-read the fp32 master weight (quantize it, or round it to bf16). */
 bfp8_status model_linear_set_weight(model_linear *l);
 
+/* The bf16 recipes: the layer's bf16 input (tokens x in, kept for its
+ * backward), where an op that writes bf16 itself puts the layer's input
+ * before a forward with x NULL. NULL when the layer takes fp32
+ * (fp8-blockwise, exact). */
+uint16_t *model_linear_input_bf16(const model_linear *l);
+
 /* y (tokens x out) = x W^T, or residual + x W^T when residual is not NULL
- * (residual: tokens x out, not y). */
+ * (residual: tokens x out, not y). x NULL: the input is already in
+ * model_linear_input_bf16(l). */
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
                                  int64_t tokens, float *y, const float *residual);
 
-/* dx (tokens x in, written) = dy W;  grad = (accumulate ? grad : 0) + dy^T x. */
+/* The same with y (tokens x out) written as bf16, no residual: the bf16
+ * recipes only (for an op that reads bf16 itself). */
+bfp8_status model_linear_forward_to_bf16(model_linear *l, const float *x, int64_t tokens, uint16_t *y);
+
+/* dx (tokens x in, written) = dy W;  grad = (accumulate ? grad : 0) + dy^T x.
+ * The bf16 recipes only: dy NULL: dy is already in s->out_bf16 as bf16; dx
+ * NULL: dx is left in s->in_bf16 as bf16, for an op that reads bf16. */
 bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s, const float *dy,
                                   int64_t tokens, float *dx, int accumulate);
 

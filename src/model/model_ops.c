@@ -53,18 +53,30 @@ static void bf16_to_f32_cpu(model_ops_ctx *oc, float *dst, const uint16_t *src, 
     }
 }
 
+static void add_bf16_f32_cpu(model_ops_ctx *oc, float *dst, const float *a, const uint16_t *b, int64_t n) {
+    (void)oc;
+#pragma omp parallel for schedule(static) if (n >= PARALLEL_MIN_WORK)
+    for (int64_t i = 0; i < n; ++i) dst[i] = a[i] + bfp8_decode_bf16(b[i]);
+}
+
 const model_ops model_ops_cpu = {
     .name = "cpu",
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
     .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_forward_bf16 = rmsnorm_forward_bf16,
     .rmsnorm_backward = rmsnorm_backward,
+    .rmsnorm_backward_bf16 = rmsnorm_backward_bf16,
     .rope_forward = rope_forward,
     .rope_backward = rope_backward,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .rope_attention_forward = rope_attention_forward,
+    .rope_attention_backward = rope_attention_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
+    .swiglu_forward_bf16 = swiglu_forward_bf16,
+    .swiglu_backward_bf16 = swiglu_backward_bf16,
     .cross_entropy_rows = cross_entropy_rows,
     .loss_mean = loss_mean,
     .matmul_f32 = matmul_f32,
@@ -77,6 +89,7 @@ const model_ops model_ops_cpu = {
     .add_f32 = add_f32_cpu,
     .f32_to_bf16 = f32_to_bf16_cpu,
     .bf16_to_f32 = bf16_to_f32_cpu,
+    .add_bf16_f32 = add_bf16_f32_cpu,
 };
 
 #if defined(BFP8_WITH_CUDA)
@@ -85,13 +98,19 @@ static const model_ops model_ops_cuda_table = {
     .embedding_forward = embedding_forward_cuda,
     .embedding_backward = embedding_backward_cuda,
     .rmsnorm_forward = rmsnorm_forward_cuda,
+    .rmsnorm_forward_bf16 = rmsnorm_forward_bf16_cuda,
     .rmsnorm_backward = rmsnorm_backward_cuda,
+    .rmsnorm_backward_bf16 = rmsnorm_backward_bf16_cuda,
     .rope_forward = rope_forward_cuda,
     .rope_backward = rope_backward_cuda,
     .attention_forward = attention_forward_cuda,
     .attention_backward = attention_backward_cuda,
+    .rope_attention_forward = rope_attention_forward_cuda,
+    .rope_attention_backward = rope_attention_backward_cuda,
     .swiglu_forward = swiglu_forward_cuda,
     .swiglu_backward = swiglu_backward_cuda,
+    .swiglu_forward_bf16 = swiglu_forward_bf16_cuda,
+    .swiglu_backward_bf16 = swiglu_backward_bf16_cuda,
     .cross_entropy_rows = cross_entropy_rows_cuda,
     .loss_mean = loss_mean_cuda,
     .matmul_f32 = matmul_f32_cuda,
@@ -104,6 +123,7 @@ static const model_ops model_ops_cuda_table = {
     .add_f32 = add_f32_cuda,
     .f32_to_bf16 = f32_to_bf16_cuda,
     .bf16_to_f32 = bf16_to_f32_cuda,
+    .add_bf16_f32 = add_bf16_f32_cuda,
 };
 #endif
 

@@ -42,8 +42,12 @@ typedef struct model_ops {
                                int64_t count, int64_t dim);
     void (*rmsnorm_forward)(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight,
                             int64_t tokens, int64_t dim, float eps);
+    void (*rmsnorm_forward_bf16)(model_ops_ctx *oc, uint16_t *out, float *rstd, const float *x, const float *weight,
+                                 int64_t tokens, int64_t dim, float eps);
     void (*rmsnorm_backward)(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                              const float *weight, const float *rstd, int64_t tokens, int64_t dim);
+    void (*rmsnorm_backward_bf16)(model_ops_ctx *oc, float *dx, float *dweight, const uint16_t *dout, const float *x,
+                                  const float *weight, const float *rstd, int64_t tokens, int64_t dim);
     void (*rope_forward)(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
                          int64_t row_stride, const float *cos_table, const float *sin_table);
     void (*rope_backward)(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
@@ -52,9 +56,21 @@ typedef struct model_ops {
                               int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
     void (*attention_backward)(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
                                const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
+    /* attention with RoPE folded in (attention.h): the flash path's op */
+    void (*rope_attention_forward)(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
+                                   const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq,
+                                   int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
+    void (*rope_attention_backward)(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch,
+                                    const float *dout, const uint16_t *dout_bf16, const float *qkv,
+                                    const uint16_t *qkv_bf16, const float *probs, int64_t batch, int64_t seq,
+                                    int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
     void (*swiglu_forward)(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
     void (*swiglu_backward)(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                             int64_t hidden);
+    void (*swiglu_forward_bf16)(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens,
+                                int64_t hidden);
+    void (*swiglu_backward_bf16)(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t *dout, const uint16_t *gate_up,
+                                 int64_t tokens, int64_t hidden);
     void (*cross_entropy_rows)(model_ops_ctx *oc, float *row_losses, void *dlogits, bfp8_dtype dlogits_dtype,
                                const float *logits, const int32_t *targets, int64_t tokens, int64_t vocab, float scale);
     double (*loss_mean)(model_ops_ctx *oc, const float *row_losses, int64_t n);
@@ -68,12 +84,14 @@ typedef struct model_ops {
                          const adamw_hparams *h, float grad_scale, int64_t step, int decay);
     double (*gradient_global_norm)(model_ops_ctx *oc, const float *grad, size_t n);
     /* dst = src (n floats); dst = 0; dst += src; dst = bf16(src) (round to
-     * nearest even); dst = f32(src), or dst += f32(src) when add */
+     * nearest even); dst = f32(src), or dst += f32(src) when add; dst = a +
+     * f32(b) (a may be dst) */
     void (*copy_f32)(model_ops_ctx *oc, float *dst, const float *src, int64_t n);
     void (*zero_f32)(model_ops_ctx *oc, float *dst, int64_t n);
     void (*add_f32)(model_ops_ctx *oc, float *dst, const float *src, int64_t n);
     void (*f32_to_bf16)(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n);
     void (*bf16_to_f32)(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, int add);
+    void (*add_bf16_f32)(model_ops_ctx *oc, float *dst, const float *a, const uint16_t *b, int64_t n);
 } model_ops;
 
 /* The CPU references, and the table of a context's backend (NULL when this
@@ -100,13 +118,19 @@ void model_ops_fail(model_ops_ctx *oc, const char *message);
 void model_cuda_release(model_ops_ctx *oc);
 void model_cuda_poll(model_ops_ctx *oc);
 int model_cuda_flash_attention_supported(int64_t head_dim);
-/* Floats of attention scratch flash attention needs: bf16 copies of qkv, dO
- * and dqkv (7 tokens x dim bf16), and the backward's workspace (its dQ sums,
- * f32 per query row padded to 128 rows, with two floats and a semaphore per
- * row, and alignment), which flash_attention.cu checks it fits. */
+/* Floats of attention scratch flash attention needs: bf16 copies of dO and
+ * dqkv (4 tokens x dim bf16), and the backward's workspace (its dQ sums, f32
+ * per query row padded to 128 rows, with two floats and a semaphore per row,
+ * and alignment), which flash_attention.cu checks it fits. */
 static inline int64_t flash_attention_scratch_floats(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
     const int64_t elems = batch * seq * heads * head_dim, rows_pad = batch * heads * ((seq + 127) / 128 * 128);
-    return (7 * elems + 1) / 2 + rows_pad * (head_dim + 3) + 1024;
+    return 2 * elems + rows_pad * (head_dim + 3) + 1024;
+}
+/* Floats of a layer's `probs` buffer with flash attention: what its backward
+ * reads (flash_attention.cu): the log-sum-exp of each query row (padded to
+ * 4), the output as bf16 and the q | k | v the kernel read as bf16. */
+static inline int64_t flash_attention_saved_floats(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+    return (batch * heads * seq + 3) / 4 * 4 + 2 * batch * seq * heads * head_dim;
 }
 
 void embedding_forward_cuda(model_ops_ctx *oc, float *out, const int32_t *tokens, const float *table, int64_t count,
@@ -115,8 +139,12 @@ void embedding_backward_cuda(model_ops_ctx *oc, float *dtable, const float *dout
                              int64_t dim);
 void rmsnorm_forward_cuda(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight,
                           int64_t tokens, int64_t dim, float eps);
+void rmsnorm_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, float *rstd, const float *x, const float *weight,
+                               int64_t tokens, int64_t dim, float eps);
 void rmsnorm_backward_cuda(model_ops_ctx *oc, float *dx, float *dweight, const float *dout, const float *x,
                            const float *weight, const float *rstd, int64_t tokens, int64_t dim);
+void rmsnorm_backward_bf16_cuda(model_ops_ctx *oc, float *dx, float *dweight, const uint16_t *dout, const float *x,
+                                const float *weight, const float *rstd, int64_t tokens, int64_t dim);
 void rope_forward_cuda(model_ops_ctx *oc, float *x, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
                        int64_t row_stride, const float *cos_table, const float *sin_table);
 void rope_backward_cuda(model_ops_ctx *oc, float *dx, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
@@ -125,9 +153,20 @@ void attention_forward_cuda(model_ops_ctx *oc, float *out, float *probs, float *
                             int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
 void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
                              const float *probs, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim);
+void rope_attention_forward_cuda(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, float *scratch,
+                                 const float *qkv, const uint16_t *qkv_bf16, int64_t batch, int64_t seq,
+                                 int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
+void rope_attention_backward_cuda(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch,
+                                  const float *dout, const uint16_t *dout_bf16, const float *qkv,
+                                  const uint16_t *qkv_bf16, const float *probs, int64_t batch, int64_t seq,
+                                  int64_t n_heads, int64_t head_dim, const float *cos_table, const float *sin_table);
 void swiglu_forward_cuda(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden);
 void swiglu_backward_cuda(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                           int64_t hidden);
+void swiglu_forward_bf16_cuda(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens,
+                              int64_t hidden);
+void swiglu_backward_bf16_cuda(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t *dout, const uint16_t *gate_up,
+                               int64_t tokens, int64_t hidden);
 void cross_entropy_rows_cuda(model_ops_ctx *oc, float *row_losses, void *dlogits, bfp8_dtype dlogits_dtype,
                              const float *logits, const int32_t *targets, int64_t tokens, int64_t vocab, float scale);
 double loss_mean_cuda(model_ops_ctx *oc, const float *row_losses, int64_t n);
@@ -145,6 +184,7 @@ void zero_f32_cuda(model_ops_ctx *oc, float *dst, int64_t n);
 void add_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t n);
 void f32_to_bf16_cuda(model_ops_ctx *oc, uint16_t *dst, const float *src, int64_t n);
 void bf16_to_f32_cuda(model_ops_ctx *oc, float *dst, const uint16_t *src, int64_t n, int add);
+void add_bf16_f32_cuda(model_ops_ctx *oc, float *dst, const float *a, const uint16_t *b, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#include "formats/formats.h"
+
 void swiglu_forward(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
     (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
@@ -29,6 +31,36 @@ void swiglu_backward(model_ops_ctx *oc, float *dgate_up, const float *dout, cons
             const float silu = gate[i] * sig;
             dup[i] = d[i] * silu;
             dgate[i] = d[i] * up[i] * sig * (1.0f + gate[i] * (1.0f - sig));
+        }
+    }
+}
+
+void swiglu_forward_bf16(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_up, int64_t tokens, int64_t hidden) {
+    (void)oc;
+#pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
+    for (int64_t t = 0; t < tokens; ++t) {
+        const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
+        uint16_t *o = out + t * hidden;
+        for (int64_t i = 0; i < hidden; ++i) {
+            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]);
+            o[i] = bfp8_encode_bf16(g / (1.0f + expf(-g)) * u);
+        }
+    }
+}
+
+void swiglu_backward_bf16(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t *dout, const uint16_t *gate_up,
+                          int64_t tokens, int64_t hidden) {
+    (void)oc;
+#pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
+    for (int64_t t = 0; t < tokens; ++t) {
+        const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden, *d = dout + t * hidden;
+        uint16_t *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
+        for (int64_t i = 0; i < hidden; ++i) {
+            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]), di = bfp8_decode_bf16(d[i]);
+            const float sig = 1.0f / (1.0f + expf(-g));
+            const float silu = g * sig;
+            dup[i] = bfp8_encode_bf16(di * silu);
+            dgate[i] = bfp8_encode_bf16(di * u * sig * (1.0f + g * (1.0f - sig)));
         }
     }
 }

@@ -14,13 +14,18 @@
  * bit: the products are cuBLAS fp32 GEMMs on one stream, which repeat exactly.
  * Then the same in TF32 and, for head_dim 64 and 128, flash attention
  * (flash_attention.cu: bf16 products, no probabilities kept; probs then holds
- * its log-sum-exps and a copy of out, and only out and dqkv are compared).
+ * its log-sum-exps and bf16 copies of out and qkv, and only out and dqkv are
+ * compared). Last, attention with RoPE folded in (rope_attention_forward_cuda /
+ * _backward_cuda, the flash path's fused op) against its CPU reference, with
+ * all fp32 and all bf16 (qkv, out, dO, dqkv); qkv must come back untouched.
  */
 #include <math.h>
 #include <string.h>
 
+#include "formats/formats.h"
 #include "model/attention.h"
 #include "model/model_ops.h"
+#include "model/rope.h"
 #include "test_util.h"
 
 static model_ops_ctx g_oc; /* what the CUDA ops run with */
@@ -130,7 +135,8 @@ static void run_case(bfp8_context *ctx, const attention_case *tc, int index, dou
     const int64_t batch = tc->batch, seq = tc->seq, n_heads = tc->n_heads, head_dim = tc->head_dim;
     const int64_t dim = n_heads * head_dim, tokens = batch * seq;
     const size_t qkv_n = (size_t)(tokens * 3 * dim), out_n = (size_t)(tokens * dim);
-    const size_t square_n = (size_t)(batch * n_heads * seq * seq), flash_n = (size_t)(batch * n_heads * seq) + out_n;
+    const size_t square_n = (size_t)(batch * n_heads * seq * seq);
+    const size_t flash_n = (size_t)flash_attention_saved_floats(batch, seq, n_heads, head_dim);
     const size_t probs_n = flash && flash_n > square_n ? flash_n : square_n;
     size_t scratch_n = (size_t)attention_scratch_floats(batch, seq, n_heads, head_dim);
     const size_t flash_scratch_n = (size_t)flash_attention_scratch_floats(batch, seq, n_heads, head_dim);
@@ -216,6 +222,129 @@ static void run_case(bfp8_context *ctx, const attention_case *tc, int index, dou
     free(dqkv2);
 }
 
+/* Attention with RoPE folded in: the CUDA op (flash only) against the CPU
+ * reference (RoPE, attention, and back), once with fp32 qkv, out, dO and dqkv
+ * and once with bf16 ones (the same bf16 inputs on both sides). Both outputs
+ * start as NaN bytes; each run repeats bit for bit; the device qkv stays as it
+ * was (the op reads q and k unrotated). */
+static void run_rope_case(bfp8_context *ctx, const attention_case *tc, int index) {
+    const int64_t batch = tc->batch, seq = tc->seq, n_heads = tc->n_heads, head_dim = tc->head_dim;
+    const int64_t dim = n_heads * head_dim, tokens = batch * seq, half = head_dim / 2;
+    const size_t qkv_n = (size_t)(tokens * 3 * dim), out_n = (size_t)(tokens * dim);
+    const size_t probs_n = (size_t)flash_attention_saved_floats(batch, seq, n_heads, head_dim);
+    const size_t scratch_n = (size_t)flash_attention_scratch_floats(batch, seq, n_heads, head_dim);
+    float *qkv = test_malloc(qkv_n * sizeof(float)), *dout = test_malloc(out_n * sizeof(float));
+    uint16_t *dout16 = test_malloc(out_n * sizeof(uint16_t)), *qkv16 = test_malloc(qkv_n * sizeof(uint16_t));
+    test_rng rng;
+    test_rng_seed(&rng, 9000u + (uint64_t)index);
+    for (size_t i = 0; i < qkv_n; ++i) {
+        qkv[i] = (float)(test_rng_normal(&rng) * ((int64_t)(i % (size_t)(3 * dim)) < 2 * dim ? QK_SCALE : 1.0));
+        qkv16[i] = bfp8_encode_bf16(qkv[i]);
+    }
+    for (size_t i = 0; i < out_n; ++i) {
+        dout[i] = (float)test_rng_normal(&rng);
+        dout16[i] = bfp8_encode_bf16(dout[i]);
+    }
+    float *cos_table = test_malloc((size_t)(seq * half) * sizeof(float));
+    float *sin_table = test_malloc((size_t)(seq * half) * sizeof(float));
+    rope_tables(cos_table, sin_table, seq, head_dim, 10000.0f);
+
+    /* CPU reference, all fp32, then all bf16 (qkv, out, dO, dqkv) */
+    float *probs_ref = test_malloc((size_t)(batch * n_heads * seq * seq) * sizeof(float));
+    float *scratch_ref = test_malloc((size_t)rope_attention_scratch_floats(batch, seq, n_heads, head_dim) *
+                                     sizeof(float));
+    float *out_ref = test_malloc(out_n * sizeof(float)), *dqkv_ref = test_malloc(qkv_n * sizeof(float));
+    float *out16_ref = test_malloc(out_n * sizeof(float));
+    float *dqkv16_ref = test_malloc(qkv_n * sizeof(float));
+    uint16_t *h16 = test_malloc(qkv_n * sizeof(uint16_t));
+    rope_attention_forward(NULL, out_ref, NULL, probs_ref, scratch_ref, qkv, NULL, batch, seq, n_heads, head_dim,
+                           cos_table, sin_table);
+    rope_attention_backward(NULL, dqkv_ref, NULL, scratch_ref, dout, NULL, qkv, NULL, probs_ref, batch, seq, n_heads,
+                            head_dim, cos_table, sin_table);
+    rope_attention_forward(NULL, NULL, h16, probs_ref, scratch_ref, NULL, qkv16, batch, seq, n_heads, head_dim,
+                           cos_table, sin_table);
+    for (size_t i = 0; i < out_n; ++i) out16_ref[i] = bfp8_decode_bf16(h16[i]);
+    rope_attention_backward(NULL, NULL, h16, scratch_ref, NULL, dout16, NULL, qkv16, probs_ref, batch, seq, n_heads,
+                            head_dim, cos_table, sin_table);
+    for (size_t i = 0; i < qkv_n; ++i) dqkv16_ref[i] = bfp8_decode_bf16(h16[i]);
+
+    float *d_qkv = device_alloc(ctx, qkv_n * sizeof(float)), *d_dout = device_alloc(ctx, out_n * sizeof(float));
+    uint16_t *d_dout16 = device_alloc(ctx, out_n * sizeof(uint16_t)), *d_qkv16 = device_alloc(ctx, qkv_n * 2);
+    float *d_out = device_alloc(ctx, out_n * sizeof(float)), *d_dqkv = device_alloc(ctx, qkv_n * sizeof(float));
+    float *d_probs = device_alloc(ctx, probs_n * sizeof(float));
+    float *d_scratch = device_alloc(ctx, scratch_n * sizeof(float));
+    float *d_cos = device_alloc(ctx, (size_t)(seq * half) * sizeof(float));
+    float *d_sin = device_alloc(ctx, (size_t)(seq * half) * sizeof(float));
+    upload(ctx, d_qkv, qkv, qkv_n * sizeof(float));
+    upload(ctx, d_dout, dout, out_n * sizeof(float));
+    upload(ctx, d_dout16, dout16, out_n * sizeof(uint16_t));
+    upload(ctx, d_qkv16, qkv16, qkv_n * sizeof(uint16_t));
+    upload(ctx, d_cos, cos_table, (size_t)(seq * half) * sizeof(float));
+    upload(ctx, d_sin, sin_table, (size_t)(seq * half) * sizeof(float));
+    uint8_t *poison = test_malloc(qkv_n * sizeof(float));
+    memset(poison, 0xff, qkv_n * sizeof(float));
+    float *out = test_malloc(out_n * sizeof(float)), *dqkv = test_malloc(qkv_n * sizeof(float));
+    float *first_out = test_malloc(out_n * sizeof(float)), *first_dqkv = test_malloc(qkv_n * sizeof(float));
+    float *qkv_after = test_malloc(qkv_n * sizeof(float));
+
+    for (int bf16 = 0; bf16 < 2; ++bf16)
+        for (int run = 0; run < 2; ++run) {
+            upload(ctx, d_out, poison, out_n * sizeof(float));
+            upload(ctx, d_dqkv, poison, qkv_n * sizeof(float));
+            upload(ctx, d_probs, poison, probs_n * sizeof(float));
+            upload(ctx, d_scratch, poison, scratch_n * sizeof(float));
+            uint16_t *o16 = (uint16_t *)d_out, *dq16 = (uint16_t *)d_dqkv;
+            const float *in32 = bf16 ? NULL : d_qkv;
+            const uint16_t *in16 = bf16 ? d_qkv16 : NULL;
+            rope_attention_forward_cuda(&g_oc, bf16 ? NULL : d_out, bf16 ? o16 : NULL, d_probs, d_scratch, in32, in16,
+                                        batch, seq, n_heads, head_dim, d_cos, d_sin);
+            rope_attention_backward_cuda(&g_oc, bf16 ? NULL : d_dqkv, bf16 ? dq16 : NULL, d_scratch,
+                                         bf16 ? NULL : d_dout, bf16 ? d_dout16 : NULL, in32, in16, d_probs, batch,
+                                         seq, n_heads, head_dim, d_cos, d_sin);
+            CHECK_OK(bfp8_context_synchronize(ctx));
+            CHECK_OK(model_ops_status(&g_oc));
+            if (bf16) {
+                download(ctx, h16, d_out, out_n * sizeof(uint16_t));
+                for (size_t i = 0; i < out_n; ++i) out[i] = bfp8_decode_bf16(h16[i]);
+                download(ctx, h16, d_dqkv, qkv_n * sizeof(uint16_t));
+                for (size_t i = 0; i < qkv_n; ++i) dqkv[i] = bfp8_decode_bf16(h16[i]);
+            } else {
+                download(ctx, out, d_out, out_n * sizeof(float));
+                download(ctx, dqkv, d_dqkv, qkv_n * sizeof(float));
+            }
+            download(ctx, qkv_after, d_qkv, qkv_n * sizeof(float));
+            CHECK(test_compare_f32_bits("qkv after", qkv, qkv_after, (int64_t)qkv_n) == 0,
+                  "rope case %d: the op changed qkv", index);
+            download(ctx, h16, d_qkv16, qkv_n * sizeof(uint16_t));
+            CHECK(memcmp(h16, qkv16, qkv_n * sizeof(uint16_t)) == 0, "rope case %d: the op changed qkv (bf16)",
+                  index);
+            if (run == 0) {
+                const double out_err = scaled_max_error(bf16 ? out16_ref : out_ref, out, (int64_t)out_n);
+                const double dqkv_err = scaled_max_error(bf16 ? dqkv16_ref : dqkv_ref, dqkv, (int64_t)qkv_n);
+                printf("  rope batch %lld seq %lld heads %lld head_dim %lld %s: scaled max error out %.3g dqkv %.3g\n",
+                       (long long)batch, (long long)seq, (long long)n_heads, (long long)head_dim,
+                       bf16 ? "bf16" : "fp32", out_err, dqkv_err);
+                CHECK(out_err <= FLASH_TOLERANCE, "rope case %d (%s) out error %.3g", index, bf16 ? "bf16" : "fp32",
+                      out_err);
+                CHECK(dqkv_err <= FLASH_TOLERANCE, "rope case %d (%s) dqkv error %.3g", index, bf16 ? "bf16" : "fp32",
+                      dqkv_err);
+                memcpy(first_out, out, out_n * sizeof(float));
+                memcpy(first_dqkv, dqkv, qkv_n * sizeof(float));
+            } else {
+                CHECK(test_compare_f32_bits("rope out rerun", first_out, out, (int64_t)out_n) == 0,
+                      "rope case %d out not repeatable", index);
+                CHECK(test_compare_f32_bits("rope dqkv rerun", first_dqkv, dqkv, (int64_t)qkv_n) == 0,
+                      "rope case %d dqkv not repeatable", index);
+            }
+        }
+
+    void *device[] = {d_qkv, d_qkv16, d_dout, d_dout16, d_out, d_dqkv, d_probs, d_scratch, d_cos, d_sin};
+    for (size_t i = 0; i < sizeof device / sizeof device[0]; ++i) bfp8_free(ctx, device[i]);
+    void *host[] = {qkv, qkv16, out16_ref, dout, dout16, cos_table, sin_table, probs_ref, scratch_ref, out_ref,
+                    dqkv_ref, dqkv16_ref, h16, poison, out, dqkv, first_out, first_dqkv, qkv_after};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; ++i) free(host[i]);
+}
+
 /* The metric itself must flag a wrong value and NaN garbage. */
 static void check_metric_catches_errors(void) {
     const float ref[3] = {1.0f, -2.0f, 0.5f};
@@ -259,7 +388,14 @@ int main(void) {
     for (int i = 0; i < (int)(sizeof flash_only / sizeof flash_only[0]); ++i, ++flash_cases)
         run_case(ctx, &flash_only[i], 100 + i, FLASH_TOLERANCE, 1);
     CHECK(flash_cases >= 8, "only %d flash cases", flash_cases);
+    printf("attention with RoPE folded in (rope_attention_*_cuda, flash):\n");
+    for (int i = 0; i < (int)(sizeof flash_only / sizeof flash_only[0]); ++i) run_rope_case(ctx, &flash_only[i], i);
+    for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); ++i)
+        if (model_cuda_flash_attention_supported(cases[i].head_dim)) run_rope_case(ctx, &cases[i], 10 + i);
     g_oc.flash_attention = 0;
+    /* the fused op runs flash style only: without it, a kept failure (no pointer is touched) */
+    rope_attention_forward_cuda(&g_oc, NULL, NULL, NULL, NULL, NULL, NULL, 1, 4, 2, 64, NULL, NULL);
+    CHECK(model_ops_status(&g_oc) != BFP8_OK, "rope_attention_forward_cuda without flash attention did not fail");
 
     model_ops_ctx_release(&g_oc);
     CHECK_OK(model_ops_status(&g_oc));

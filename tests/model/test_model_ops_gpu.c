@@ -1,8 +1,9 @@
 /*
  * test_model_ops_gpu.c - the model's CUDA operations (src/model/cuda/
  * model_kernels.cu, declared in model_ops.h) against their CPU references,
- * op by op: embedding, RMSNorm, RoPE, SwiGLU, cross-entropy (row losses and
- * gradients, fp32 or bf16, and their mean), fp32 and bf16-operand matmul,
+ * op by op: embedding, RMSNorm, RoPE, SwiGLU (and the bf16 forms of RMSNorm
+ * and SwiGLU), cross-entropy (row losses and gradients, fp32 or bf16, and
+ * their mean), fp32 and bf16-operand matmul,
  * transpose, AdamW, the gradient norm, copies and bf16 conversions.
  * Attention has its own test (test_attention_gpu.c).
  *
@@ -122,6 +123,35 @@ static double row_error(const float *ref, const float *out, int64_t rows, int64_
     return worst;
 }
 
+/* The bf16 form of an op (its output rounded to bf16 by the op itself): the
+ * device's bf16 output must be the device's fp32 output of the same op,
+ * rounded (bit for bit: one kernel source, only the store differs), and
+ * within one bf16 step of the CPU's bf16 reference (row-relative 8e-3: the
+ * fp32 values may differ by the op's tolerance, and a value near a rounding
+ * boundary then rounds the other way). Returns the error against the CPU;
+ * counts the differing bf16 in *diffs. */
+static double bf16_output_error(const char *what, const uint16_t *ref16, const uint16_t *got16,
+                                const float *got_f32, int64_t rows, int64_t cols, int64_t *diffs) {
+    const int64_t n = rows * cols;
+    float *ref = test_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    float *got = test_malloc((size_t)(n > 0 ? n : 1) * sizeof(float));
+    *diffs = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        ref[i] = bfp8_decode_bf16(ref16[i]);
+        got[i] = bfp8_decode_bf16(got16[i]);
+        if (got16[i] != bfp8_encode_bf16(got_f32[i])) {
+            if (*diffs < 5)
+                fprintf(stderr, "  %s [%lld]: bf16 0x%04x, fp32 %a rounds to 0x%04x\n", what, (long long)i, got16[i],
+                        got_f32[i], bfp8_encode_bf16(got_f32[i]));
+            ++*diffs;
+        }
+    }
+    const double err = row_error(ref, got, rows, cols);
+    free(ref);
+    free(got);
+    return err;
+}
+
 /* Floats between a and b (+0 and -0 are one point; NaN and NaN are 0 apart). */
 static int64_t ulp_distance(float a, float b) {
     if (isnan(a) || isnan(b)) return isnan(a) && isnan(b) ? 0 : INT64_MAX;
@@ -228,11 +258,17 @@ static void test_rmsnorm(test_rng *rng) {
     const double tol = 1e-5;
     op_summary fwd = {"rmsnorm_forward", "(row-relative; bound 1e-5)", 0, 0};
     op_summary bwd = {"rmsnorm_backward", "(row-relative; bound 1e-5)", 0, 0};
+    op_summary fwd16 = {"rmsnorm_forward_bf16", "(row-relative; bound 8e-3; = fp32 op rounded)", 0, 0};
+    op_summary bwd16 = {"rmsnorm_backward_bf16", "(row-relative; bound 1e-5; = fp32 op on widened)", 0, 0};
+    /* the backward is one kernel for rows up to 4096 (float4) or 1024 (else), by
+     * chunks of tokens (of 3 at 2113 tokens, the last one of 1), and two
+     * kernels for longer rows (8192) */
     const int64_t dims[] = {64, 96, 1000, 1001, 2048, 8192};
+    const int64_t token_counts[] = {1, 3, 127, 130, 2113};
     const float eps = 1e-5f;
-    for (int ti = 0; ti < COUNT_OF(kTokens); ++ti)
+    for (int ti = 0; ti < COUNT_OF(token_counts); ++ti)
         for (int di = 0; di < COUNT_OF(dims); ++di) {
-            const int64_t tokens = kTokens[ti], dim = dims[di], n = tokens * dim;
+            const int64_t tokens = token_counts[ti], dim = dims[di], n = tokens * dim;
             float *x = random_floats(n, 1.0f, rng);
             for (int64_t t = 0; t < tokens; ++t) { /* rows from 0.01 to 100 in scale, and a zero row */
                 const float s = t == 1 ? 0.0f : powf(10.0f, (float)test_rng_range(rng, -2, 2));
@@ -263,6 +299,31 @@ static void test_rmsnorm(test_rng *rng) {
             CHECK(err <= tol, "%s: forward rstd error %g", what, err);
             note(&fwd, err);
 
+            /* the bf16 form, against the fp32 output just taken and the CPU's bf16 form */
+            {
+                float *out_f32 = test_malloc((size_t)n * sizeof(float));
+                float *rstd16 = test_malloc((size_t)tokens * sizeof(float));
+                uint16_t *ref16 = test_malloc((size_t)n * sizeof(uint16_t));
+                uint16_t *got16 = test_malloc((size_t)n * sizeof(uint16_t));
+                to_host(out_f32, d_out, (size_t)n * sizeof(float));
+                memset(ref16, 0xab, (size_t)n * sizeof(uint16_t));
+                uint16_t *d_out16 = dev_copy_of(ref16, (size_t)n * sizeof(uint16_t)); /* every value written? */
+                rmsnorm_forward_bf16(NULL, ref16, rstd16, x, weight, tokens, dim, eps);
+                rmsnorm_forward_bf16_cuda(&g_oc, d_out16, d_rstd, d_x, d_weight, tokens, dim, eps);
+                finish_op("rmsnorm_forward_bf16_cuda");
+                to_host(got16, d_out16, (size_t)n * sizeof(uint16_t));
+                int64_t diffs = 0;
+                err = bf16_output_error(what, ref16, got16, out_f32, tokens, dim, &diffs);
+                CHECK(diffs == 0, "%s: forward bf16: %lld values are not the fp32 output rounded", what,
+                      (long long)diffs);
+                CHECK(err <= 8e-3, "%s: forward bf16 error %g", what, err);
+                note(&fwd16, err);
+                CHECK(memcmp(rstd16, rstd, (size_t)tokens * sizeof(float)) == 0, "%s: bf16 form's rstd differs",
+                      what);
+                bfp8_free(g_ctx, d_out16);
+                free(out_f32), free(rstd16), free(ref16), free(got16);
+            }
+
             /* backward from the CPU's rstd on both sides: the same inputs */
             float *d_dout = dev_copy_of(dout, (size_t)n * sizeof(float));
             float *d_dx = dev_copy_of(dx, (size_t)n * sizeof(float));
@@ -279,6 +340,47 @@ static void test_rmsnorm(test_rng *rng) {
             err = row_error(dweight, got, 1, dim);
             CHECK(err <= tol, "%s: backward dweight error %g", what, err);
             note(&bwd, err);
+
+            /* the bf16 form (dout in bf16): the fp32 form on dout widened, bit for bit (one kernel source), and
+             * the CPU's bf16 form within the bound; dx and dweight start from the values just computed */
+            {
+                uint16_t *dout16 = test_malloc((size_t)n * sizeof(uint16_t));
+                float *dout_w = test_malloc((size_t)n * sizeof(float));
+                for (int64_t i = 0; i < n; ++i) {
+                    dout16[i] = bfp8_encode_bf16(dout[i]);
+                    dout_w[i] = bfp8_decode_bf16(dout16[i]);
+                }
+                float *dx_w = test_malloc((size_t)n * sizeof(float)), *dw_w = test_malloc((size_t)dim * sizeof(float));
+                float *dx16 = test_malloc((size_t)n * sizeof(float)), *dw16 = test_malloc((size_t)dim * sizeof(float));
+                uint16_t *d_dout16 = dev_copy_of(dout16, (size_t)n * sizeof(uint16_t));
+                float *d_dout_w = dev_copy_of(dout_w, (size_t)n * sizeof(float));
+                float *d_dx2 = dev_copy_of(dx, (size_t)n * sizeof(float));
+                float *d_dw2 = dev_copy_of(dweight, (size_t)dim * sizeof(float));
+                CHECK_OK(bfp8_copy_to_backend(g_ctx, d_dx, dx, (size_t)n * sizeof(float)));
+                CHECK_OK(bfp8_copy_to_backend(g_ctx, d_dweight, dweight, (size_t)dim * sizeof(float)));
+                rmsnorm_backward_cuda(&g_oc, d_dx, d_dweight, d_dout_w, d_x, d_weight, d_rstd, tokens, dim);
+                rmsnorm_backward_bf16_cuda(&g_oc, d_dx2, d_dw2, d_dout16, d_x, d_weight, d_rstd, tokens, dim);
+                finish_op("rmsnorm_backward_bf16_cuda");
+                to_host(dx_w, d_dx, (size_t)n * sizeof(float));
+                to_host(dw_w, d_dweight, (size_t)dim * sizeof(float));
+                to_host(dx16, d_dx2, (size_t)n * sizeof(float));
+                to_host(dw16, d_dw2, (size_t)dim * sizeof(float));
+                int64_t diffs = test_compare_f32_bits(what, dx_w, dx16, n);
+                diffs += test_compare_f32_bits(what, dw_w, dw16, dim);
+                CHECK(diffs == 0, "%s: backward bf16: %lld floats differ from the fp32 form on dout widened", what,
+                      (long long)diffs);
+                rmsnorm_backward_bf16(NULL, dx, dweight, dout16, x, weight, rstd, tokens, dim);
+                err = row_error(dx, dx16, tokens, dim);
+                const double err_w = row_error(dweight, dw16, 1, dim);
+                if (err_w > err) err = err_w;
+                CHECK(err <= tol, "%s: backward bf16 error %g", what, err);
+                note(&bwd16, err);
+                bfp8_free(g_ctx, d_dout16);
+                bfp8_free(g_ctx, d_dout_w);
+                bfp8_free(g_ctx, d_dx2);
+                bfp8_free(g_ctx, d_dw2);
+                free(dout16), free(dout_w), free(dx_w), free(dw_w), free(dx16), free(dw16);
+            }
 
             bfp8_free(g_ctx, d_x);
             bfp8_free(g_ctx, d_weight);
@@ -297,7 +399,9 @@ static void test_rmsnorm(test_rng *rng) {
             free(got);
         }
     print_summary(&fwd);
+    print_summary(&fwd16);
     print_summary(&bwd);
+    print_summary(&bwd16);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -365,6 +469,8 @@ static void test_swiglu(test_rng *rng) {
     const double tol = 2e-6;
     op_summary fwd = {"swiglu_forward", "(row-relative; bound 2e-6)", 0, 0};
     op_summary bwd = {"swiglu_backward", "(row-relative; bound 2e-6)", 0, 0};
+    op_summary fwd16 = {"swiglu_forward_bf16", "(row-relative; bound 8e-3; = fp32 op rounded)", 0, 0};
+    op_summary bwd16 = {"swiglu_backward_bf16", "(row-relative; bound 8e-3; = fp32 op rounded)", 0, 0};
     const int64_t hiddens[] = {1, 100, 5632};
     for (int ti = 0; ti < COUNT_OF(kTokens); ++ti)
         for (int hi = 0; hi < COUNT_OF(hiddens); ++hi) {
@@ -400,6 +506,64 @@ static void test_swiglu(test_rng *rng) {
             CHECK(err <= tol, "%s: backward error %g", what, err);
             note(&bwd, err);
 
+            /* the bf16 forms (gate_up and dout in bf16), against the fp32 forms on gate_up widened and the CPU's bf16
+             * forms */
+            {
+                uint16_t *gu16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
+                uint16_t *dout16 = test_malloc((size_t)n * sizeof(uint16_t));
+                float *widened = test_malloc((size_t)(2 * n) * sizeof(float));
+                float *dout_w = test_malloc((size_t)n * sizeof(float));
+                for (int64_t i = 0; i < 2 * n; ++i) {
+                    gu16[i] = bfp8_encode_bf16(gate_up[i]);
+                    widened[i] = bfp8_decode_bf16(gu16[i]);
+                }
+                for (int64_t i = 0; i < n; ++i) {
+                    dout16[i] = bfp8_encode_bf16(dout[i]);
+                    dout_w[i] = bfp8_decode_bf16(dout16[i]);
+                }
+                uint16_t *d_dout16 = dev_copy_of(dout16, (size_t)n * sizeof(uint16_t));
+                float *d_dout_w = dev_copy_of(dout_w, (size_t)n * sizeof(float));
+                uint16_t *d_gu16 = dev_copy_of(gu16, (size_t)(2 * n) * sizeof(uint16_t));
+                float *d_widened = dev_copy_of(widened, (size_t)(2 * n) * sizeof(float));
+                float *f32 = test_malloc((size_t)(2 * n) * sizeof(float));
+                uint16_t *ref16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
+                uint16_t *got16 = test_malloc((size_t)(2 * n) * sizeof(uint16_t));
+                memset(ref16, 0xab, (size_t)(2 * n) * sizeof(uint16_t));
+                uint16_t *d_16 = dev_copy_of(ref16, (size_t)(2 * n) * sizeof(uint16_t)); /* every value written? */
+                int64_t diffs = 0;
+                swiglu_forward_cuda(&g_oc, d_out, d_widened, tokens, hidden);
+                finish_op("swiglu_forward_cuda (widened)");
+                to_host(f32, d_out, (size_t)n * sizeof(float));
+                swiglu_forward_bf16(NULL, ref16, gu16, tokens, hidden);
+                swiglu_forward_bf16_cuda(&g_oc, d_16, d_gu16, tokens, hidden);
+                finish_op("swiglu_forward_bf16_cuda");
+                to_host(got16, d_16, (size_t)n * sizeof(uint16_t));
+                err = bf16_output_error(what, ref16, got16, f32, tokens, hidden, &diffs);
+                CHECK(diffs == 0, "%s: forward bf16: %lld values are not the fp32 output rounded", what,
+                      (long long)diffs);
+                CHECK(err <= 8e-3, "%s: forward bf16 error %g", what, err);
+                note(&fwd16, err);
+
+                swiglu_backward_cuda(&g_oc, d_dgate_up, d_dout_w, d_widened, tokens, hidden);
+                finish_op("swiglu_backward_cuda (widened)");
+                to_host(f32, d_dgate_up, (size_t)(2 * n) * sizeof(float));
+                swiglu_backward_bf16(NULL, ref16, dout16, gu16, tokens, hidden);
+                swiglu_backward_bf16_cuda(&g_oc, d_16, d_dout16, d_gu16, tokens, hidden);
+                finish_op("swiglu_backward_bf16_cuda");
+                to_host(got16, d_16, (size_t)(2 * n) * sizeof(uint16_t));
+                err = bf16_output_error(what, ref16, got16, f32, tokens, 2 * hidden, &diffs);
+                CHECK(diffs == 0, "%s: backward bf16: %lld values are not the fp32 output rounded", what,
+                      (long long)diffs);
+                CHECK(err <= 8e-3, "%s: backward bf16 error %g", what, err);
+                note(&bwd16, err);
+                bfp8_free(g_ctx, d_16);
+                bfp8_free(g_ctx, d_gu16);
+                bfp8_free(g_ctx, d_widened);
+                bfp8_free(g_ctx, d_dout16);
+                bfp8_free(g_ctx, d_dout_w);
+                free(gu16), free(widened), free(f32), free(ref16), free(got16), free(dout16), free(dout_w);
+            }
+
             bfp8_free(g_ctx, d_gate_up);
             bfp8_free(g_ctx, d_out);
             bfp8_free(g_ctx, d_dout);
@@ -412,6 +576,8 @@ static void test_swiglu(test_rng *rng) {
         }
     print_summary(&fwd);
     print_summary(&bwd);
+    print_summary(&fwd16);
+    print_summary(&bwd16);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -835,6 +1001,7 @@ static void fill_bf16_inputs(float *x, int64_t n, test_rng *rng) {
 static void test_bf16_conversions(test_rng *rng) {
     op_summary to16 = {"f32_to_bf16", "(differing bf16; must be 0)", 0, 0};
     op_summary from16 = {"bf16_to_f32", "(differing floats; must be 0)", 0, 0};
+    op_summary add16 = {"add_bf16_f32", "(differing floats; must be 0)", 0, 0};
     for (int ni = 0; ni < COUNT_OF(kFlatSizes); ++ni)
         for (int off = 0; off < 2; ++off) {
             const int64_t n = kFlatSizes[ni] + 65536, total = n + 4; /* every bf16 pattern at least once */
@@ -885,6 +1052,27 @@ static void test_bf16_conversions(test_rng *rng) {
                 /* the next round adds to what this one left, on both sides */
             }
 
+            /* dst = a + f32(b): a out of place (at offset 1, so the scalar path runs when off = 0), then in
+             * place (a = dst); one IEEE addition, the same bits except a NaN's payload */
+            for (int in_place = 0; in_place < 2; ++in_place) {
+                const float *a_host = in_place ? dst + off : src + 1;
+                const float *a_dev = in_place ? d_dst + off : d_src + 1;
+                model_ops_cpu.add_bf16_f32(NULL, dst + off, a_host, half + 1, n);
+                add_bf16_f32_cuda(&g_oc, d_dst + off, a_dev, d_half + 1, n);
+                finish_op("add_bf16_f32_cuda");
+                to_host(got, d_dst, (size_t)total * sizeof(float));
+                diffs = 0;
+                for (int64_t i = 0; i < total; ++i)
+                    if (bfp8_bits_of(dst[i]) != bfp8_bits_of(got[i]) && !(isnan(dst[i]) && isnan(got[i]))) {
+                        if (diffs < 5)
+                            fprintf(stderr, "  %s add_bf16_f32 [%lld]: %a vs %a\n", what, (long long)i, dst[i], got[i]);
+                        ++diffs;
+                    }
+                CHECK(diffs == 0, "%s: add_bf16_f32 (in place %d), %lld floats differ", what, in_place,
+                      (long long)diffs);
+                note(&add16, (double)diffs);
+            }
+
             bfp8_free(g_ctx, d_src);
             bfp8_free(g_ctx, d_half);
             bfp8_free(g_ctx, d_dst);
@@ -897,6 +1085,7 @@ static void test_bf16_conversions(test_rng *rng) {
         }
     print_summary(&to16);
     print_summary(&from16);
+    print_summary(&add16);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -912,6 +1101,10 @@ static void test_empty_sizes(void) {
     rope_backward_cuda(&g_oc, NULL, 1, 4, 2, 1, 6, NULL, NULL); /* head_dim 1: no pairs */
     swiglu_forward_cuda(&g_oc, NULL, NULL, 0, 10);
     swiglu_backward_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
+    rmsnorm_forward_bf16_cuda(&g_oc, NULL, NULL, NULL, NULL, 0, 64, 1e-5f);
+    rmsnorm_backward_bf16_cuda(&g_oc, NULL, NULL, NULL, NULL, NULL, NULL, 0, 64);
+    swiglu_forward_bf16_cuda(&g_oc, NULL, NULL, 0, 10);
+    swiglu_backward_bf16_cuda(&g_oc, NULL, NULL, NULL, 3, 0);
     const double mean = loss_mean_cuda(&g_oc, NULL, 0);
     CHECK(isnan(mean), "loss_mean_cuda of no tokens: %g, expected NaN (0 / 0, as the CPU)", mean);
     cross_entropy_rows_cuda(&g_oc, NULL, NULL, BFP8_BF16, NULL, NULL, 0, 10, 1.0f);
@@ -927,6 +1120,7 @@ static void test_empty_sizes(void) {
     zero_f32_cuda(&g_oc, NULL, -1);
     f32_to_bf16_cuda(&g_oc, NULL, NULL, 0);
     bf16_to_f32_cuda(&g_oc, NULL, NULL, 0, 1);
+    add_bf16_f32_cuda(&g_oc, NULL, NULL, NULL, 0);
     finish_op("empty sizes");
 }
 

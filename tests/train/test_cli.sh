@@ -26,7 +26,8 @@
 #            losses track the CPU's, a CPU checkpoint resumes on the GPU, and
 #            a NaN weight is caught as on the CPU; --tf32; --flash-attention
 #            (refused for head_dim 32, losses within 1% of fp32 attention,
-#            stop + resume bit-identical); --profile (CUDA events, same losses)
+#            stop + resume bit-identical; fp8-blockwise and bf16); --profile
+#            (CUDA events, same losses)
 #   dp       --data-parallel on the CPU: one rank is bit-identical to no data
 #            parallelism; 2 ranks x batch 1 track 1 rank x batch 2; a 2-rank
 #            run stopped and resumed (the ranks from the checkpoint) is
@@ -556,6 +557,19 @@ test_cuda() {
     expect_ok "GPU: flash attention resumed" train "${common[@]}" "${gpu[@]}" "${small[@]}" --flash-attention \
         --checkpoint-dir gflashpart --resume || return
     same_file "GPU: flash attention resumed bit-identical to uninterrupted" gflash/checkpoint.bin gflashpart/checkpoint.bin
+    # The bf16 recipe with flash attention (bf16 handed between the attention, the norms, SwiGLU and the
+    # linear layers): the losses track its fp32 attention's; stop + resume bit-identical.
+    expect_ok "GPU: bf16, small model, fp32 attention" train "${common[@]}" "${gpu[@]}" "${small[@]}" --recipe bf16 \
+        --steps 6 --checkpoint-dir gsmall16 || return
+    expect_ok "GPU: bf16, small model, flash attention" train "${common[@]}" "${gpu[@]}" "${small[@]}" --recipe bf16 \
+        --steps 6 --flash-attention --checkpoint-dir gflash16 || return
+    losses_close "GPU: bf16, flash attention losses within 1% of fp32 attention" gsmall16/metrics.jsonl \
+        gflash16/metrics.jsonl 6
+    expect_ok "GPU: bf16, flash attention stopped at step 3" train "${common[@]}" "${gpu[@]}" "${small[@]}" \
+        --recipe bf16 --steps 6 --flash-attention --stop-at 3 --checkpoint-dir gflash16part || return
+    expect_ok "GPU: bf16, flash attention resumed" train "${common[@]}" "${gpu[@]}" "${small[@]}" --recipe bf16 \
+        --flash-attention --checkpoint-dir gflash16part --resume || return
+    same_file "GPU: bf16, flash attention resumed bit-identical" gflash16/checkpoint.bin gflash16part/checkpoint.bin
     # Greedy sampling from one checkpoint: the GPU continues the prompt like the CPU.
     expect_ok "CPU: greedy sample" sample --checkpoint gfull/checkpoint.bin --tokenizer tok.bin --tokens 8 \
         --temperature 0 --prompt "int " || return

@@ -152,10 +152,12 @@ bool sizes_fit_cublas(model_ops_ctx *oc, int64_t seq, int64_t n_heads, int64_t h
 } /* namespace */
 
 /* flash_attention.cu: the path without stored probabilities, when it is on */
-int flash_attention_forward(model_ops_ctx *oc, float *out, float *probs, float *scratch, const float *qkv,
-                            int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
-int flash_attention_backward(model_ops_ctx *oc, float *dqkv, float *scratch, const float *dout, const float *qkv,
-                             const float *probs, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim);
+int flash_attention_forward(model_ops_ctx *oc, float *out, uint16_t *out_bf16, float *probs, const float *qkv,
+                            const uint16_t *qkv_bf16, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                            const float *cos_table, const float *sin_table);
+int flash_attention_backward(model_ops_ctx *oc, float *dqkv, uint16_t *dqkv_bf16, float *scratch, const float *dout,
+                             const uint16_t *dout_bf16, const float *probs, int64_t batch, int64_t seq, int64_t heads,
+                             int64_t head_dim, const float *cos_table, const float *sin_table);
 
 /* ------------------------------------------------------------------------ */
 /* Forward and backward                                                      */
@@ -164,7 +166,8 @@ extern "C" void attention_forward_cuda(model_ops_ctx *oc, float *out, float *pro
                                        int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim) {
     (void)scratch; /* the scores are formed in probs itself */
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
-    if (flash_attention_forward(oc, out, probs, scratch, qkv, batch, seq, n_heads, head_dim)) return;
+    if (flash_attention_forward(oc, out, nullptr, probs, qkv, nullptr, batch, seq, n_heads, head_dim, nullptr, nullptr))
+        return;
     if (!sizes_fit_cublas(oc, seq, n_heads, head_dim, "attention_forward (sizes beyond int)")) return;
     cublasHandle_t handle = cublas(oc);
     if (!handle) return;
@@ -208,7 +211,9 @@ extern "C" void attention_backward_cuda(model_ops_ctx *oc, float *dqkv, float *s
                                         const float *qkv, const float *probs, int64_t batch, int64_t seq,
                                         int64_t n_heads, int64_t head_dim) {
     if (batch <= 0 || seq <= 0 || n_heads <= 0 || head_dim <= 0) return;
-    if (flash_attention_backward(oc, dqkv, scratch, dout, qkv, probs, batch, seq, n_heads, head_dim)) return;
+    if (flash_attention_backward(oc, dqkv, nullptr, scratch, dout, nullptr, probs, batch, seq, n_heads, head_dim,
+                                 nullptr, nullptr))
+        return;
     if (!sizes_fit_cublas(oc, seq, n_heads, head_dim, "attention_backward (sizes beyond int)")) return;
     cublasHandle_t handle = cublas(oc);
     if (!handle) return;

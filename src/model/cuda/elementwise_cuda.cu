@@ -67,6 +67,23 @@ __global__ void bf16_to_f32_kernel(float *__restrict__ dst, const uint16_t *__re
         dst[i] = add ? dst[i] + bfp8_decode_bf16(src[i]) : bfp8_decode_bf16(src[i]);
 }
 
+/* dst = a + f32(b): a residual plus a bf16 linear layer's output, one pass
+ * instead of a copy and an add. */
+__global__ void add_bf16_f32_kernel(float *dst, const float *a, const uint16_t *__restrict__ b, int64_t n,
+                                    vec4_split split) {
+    const int64_t first = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = first; i < split.vecs; i += stride) {
+        const int64_t at = split.head + 4 * i;
+        floats<4> d = load<4>(a + at);
+        const floats<4> v = load<4>(b + at);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) d.v[e] += v.v[e];
+        store<4>(dst + at, d);
+    }
+    for (int64_t i = first; i < split.head; i += stride) dst[i] = a[i] + bfp8_decode_bf16(b[i]);
+    for (int64_t i = split.head + 4 * split.vecs + first; i < n; i += stride) dst[i] = a[i] + bfp8_decode_bf16(b[i]);
+}
+
 } /* namespace */
 
 extern "C" void copy_f32_cuda(model_ops_ctx *oc, float *dst, const float *src, int64_t n) {
@@ -107,4 +124,14 @@ extern "C" void bf16_to_f32_cuda(model_ops_ctx *oc, float *dst, const uint16_t *
     bf16_to_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream(oc)>>>(dst, src, n,
                                                                                                          split, add);
     check_launch(oc, "bf16_to_f32");
+}
+
+extern "C" void add_bf16_f32_cuda(model_ops_ctx *oc, float *dst, const float *a, const uint16_t *b, int64_t n) {
+    if (n <= 0) return;
+    const void *ptrs[] = {dst, a, b};
+    const int sizes[] = {4, 4, 2};
+    const vec4_split split = split_for_vec4(n, ptrs, sizes, 3);
+    add_bf16_f32_kernel<<<grid_for(split.vecs > 0 ? split.vecs : n, kThreads), kThreads, 0, stream(oc)>>>(dst, a, b, n,
+                                                                                                          split);
+    check_launch(oc, "add_bf16_f32");
 }

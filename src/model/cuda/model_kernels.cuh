@@ -33,6 +33,7 @@
 #include <limits.h>
 #include <stdint.h>
 
+#include "formats/formats.h"
 #include "model/cuda/model_cuda_common.cuh"
 
 namespace bfp8_model_cuda {
@@ -73,6 +74,35 @@ template <int V> __device__ __forceinline__ void store(float *p, const floats<V>
     } else {
         static_assert(V == 1, "widths 1 and 4");
         *p = r.v[0];
+    }
+}
+
+/* The same from and to bf16 (V of them, 8 bytes for V = 4): widened exactly,
+ * rounded as formats.h's bfp8_encode_bf16 (the CPU's bits). */
+template <int V> __device__ __forceinline__ floats<V> load(const uint16_t *p) {
+    floats<V> r;
+    if constexpr (V == 4) {
+        const uint2 u = *reinterpret_cast<const uint2 *>(p);
+        r.v[0] = __uint_as_float(u.x << 16);
+        r.v[1] = __uint_as_float(u.x & 0xffff0000u);
+        r.v[2] = __uint_as_float(u.y << 16);
+        r.v[3] = __uint_as_float(u.y & 0xffff0000u);
+    } else {
+        static_assert(V == 1, "widths 1 and 4");
+        r.v[0] = bfp8_decode_bf16(*p);
+    }
+    return r;
+}
+
+template <int V> __device__ __forceinline__ void store(uint16_t *p, const floats<V> &r) {
+    if constexpr (V == 4) {
+        uint2 u;
+        u.x = (uint32_t)bfp8_encode_bf16(r.v[0]) | (uint32_t)bfp8_encode_bf16(r.v[1]) << 16;
+        u.y = (uint32_t)bfp8_encode_bf16(r.v[2]) | (uint32_t)bfp8_encode_bf16(r.v[3]) << 16;
+        *reinterpret_cast<uint2 *>(p) = u;
+    } else {
+        static_assert(V == 1, "widths 1 and 4");
+        *p = bfp8_encode_bf16(r.v[0]);
     }
 }
 
