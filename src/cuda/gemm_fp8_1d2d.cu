@@ -46,7 +46,7 @@ bfp8_status launch_grouped_tile(const Config &c, const bfp8_context *ctx, const 
 bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, bfp8_matrix *d) {
     Params p;
     BFP8_TRY(prepare("bfp8_gemm_1d2d", a, b, nullptr, d, a->rows, b->rows, &p));
-    if (small_1d2d_applies(p.m)) return launch_small_1d2d(ctx, a, b, p);
+    if (small_1d2d_applies(p.m, p.k)) return launch_small_1d2d(ctx, a, b, p);
     const int slots[] = {candidate_slots<0>(ctx), candidate_slots<1>(ctx), candidate_slots<2>(ctx)};
     const Config c = choose_config(false, p.m, p.n, p.num_k_blocks, slots);
     switch (output_path(false, c, p)) {

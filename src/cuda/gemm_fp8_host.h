@@ -85,11 +85,11 @@ extern const char *const TMA_OUT_NAMES[4];
 /* Few rows or few tokens (gemm_fp8_small.cu)                                */
 
 constexpr int SMALL_1D2D_MAX_M = 16;      /* 1D2D: rows of A */
-constexpr int SMALL_1D1D_MAX_TOKENS = 32; /* 1D1D: the contraction */
+constexpr int SMALL_1D1D_MAX_TOKENS = 16; /* 1D1D: the contraction */
 
 /* Whether the small kernel runs a 1D2D GEMM of m rows / a 1D1D GEMM over
  * `tokens` (BFP8_GEMM_CONFIG's small=0 turns them off, small=1 forces 1D1D's). */
-bool small_1d2d_applies(int m);
+bool small_1d2d_applies(int m, int64_t k);
 bool small_1d1d_applies(int tokens);
 
 /* The launches, with the entry point's Params (D: p.m x p.n over p.k). */

@@ -364,15 +364,23 @@ int forced_small() {
 
 } /* namespace */
 
-/* 1D2D: up to 16 rows of A, where the tensor-core kernel's one row of tiles
- * (at least 128 rows, 1/8 of them used) streams B no faster and on few SMs. */
-bool small_1d2d_applies(int m) {
+/* 1D2D: a few rows of A and a long K, where the tensor-core kernel's one row
+ * of tiles (at least 128 rows, 1/8 of them used) streams B on few SMs. Where
+ * the grid benchmark measured it ahead of that kernel on an H200 (CUDA
+ * graphs): M <= 8 with K >= 4096 (up to 1.7x cuBLASLt), and M = 1 with
+ * K >= 1024; with a short K its split and fixed cost lose (M = 16, K = 256:
+ * 7.4 us against 3.2 for cuBLASLt). small=1 forces it for M <= 16. */
+bool small_1d2d_applies(int m, int64_t k) {
     if (m > SMALL_1D2D_MAX_M) return false;
-    return forced_small() != 0;
+    const int forced = forced_small();
+    if (forced != -1) return forced == 1;
+    return (m <= 8 && k >= 4096) || (m == 1 && k >= 1024);
 }
 
-/* 1D1D: up to 32 tokens, where writing D bounds the time (each output's 32
- * FMAs against its 8 bytes of C and D). small=1 forces it for any count. */
+/* 1D1D: up to 16 tokens, where writing D bounds the time (each output's 16
+ * FMAs against its 8 bytes of C and D); at 32 tokens its FMAs lose to the
+ * tensor cores on large outputs (N = 1024, K = 7168: 30.7 us against 14.9
+ * for cuBLASLt). small=1 forces it for any count. */
 bool small_1d1d_applies(int tokens) {
     const int forced = forced_small();
     return forced == 1 || (forced != 0 && tokens <= SMALL_1D1D_MAX_TOKENS);

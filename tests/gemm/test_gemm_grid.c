@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
         for (int mi = 0; mi < nm; ++mi)
             for (int ni = 0; ni < nnk; ++ni)
                 for (int ki = 0; ki < nnk; ++ki, ++cells) check_cell(ctx, &p, (kind)k, ms[mi], nks[ni], nks[ki], d);
-    /* ragged cells around the bounds of the small kernels (1D2D M <= 16, 1D1D <= 32 tokens):
+    /* ragged cells around the bounds of the small kernels (1D2D M <= 16, 1D1D <= 16 tokens, and beyond):
      * N, K not multiples of 128 (nor of 16: masked last chunks) */
     static const int64_t kRagged[][3] = {{2, 200, 1000}, {13, 1000, 136}, {17, 200, 1000}, {3, 136, 200},
                                          {32, 1000, 200}, {33, 200, 1000}, {16, 1000, 1000}, {13, 1000, 4104},
