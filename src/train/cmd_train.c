@@ -81,7 +81,8 @@ int cmd_train(int argc, char **argv) {
         {"profile", CLI_FLAG, &o.profile, NULL,
          .help = "at the end, where a step's time went by kind of work (CUDA events on the GPU, wall clock on the CPU)"},
         {"tf32", CLI_FLAG, &o.tf32, NULL,
-         .help = "--device cuda: attention and output-head products in TF32 (default exact fp32)"},
+         .help = "--device cuda: the fp32 attention products in TF32 (default exact fp32; the output head "
+                 "takes bf16 operands on CUDA)"},
         {"sample-tokens", CLI_INT, &o.sample_tokens, "N", "tokens to generate at the end, 0 = none (default 200)",
          .min = 0, .max = 1000000},
         {"prompt", CLI_STRING, &o.prompt, "TEXT", .help = "prompt of the final sample (default a newline)"},
