@@ -420,11 +420,8 @@ int small_1d2d_slices(int chunks, int num_k_blocks, int64_t resident) {
     return best;
 }
 
-/* The slices of small_1d2d_slices; 1 where the split exchange cannot be had
- * (inside a graph capture before any split) or is too small. */
-bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                              const Params &p) {
-    Small1d2dArgs s;
+/* The two operands' codes and scales into either kernel's arguments. */
+template <class Args> void set_operands(Args &s, const bfp8_qmatrix *a, const bfp8_qmatrix *b) {
     s.a = a->data;
     s.b = b->data;
     s.lda = a->ld;
@@ -433,6 +430,14 @@ bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, co
     s.b_scales = b->scales;
     s.a_scale_ld = a->scale_ld;
     s.b_scale_ld = b->scale_ld;
+}
+
+/* The slices of small_1d2d_slices; 1 where the split exchange cannot be had
+ * (inside a graph capture before any split) or is too small. */
+bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                              const Params &p) {
+    Small1d2dArgs s;
+    set_operands(s, a, b);
     s.d = p.d;
     s.ldd = p.ldd;
     s.d_bf16 = p.output_kind == OUTPUT_BF16;
@@ -473,14 +478,7 @@ bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, co
 bfp8_status launch_small_1d1d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                               const Params &p) {
     Small1d1dArgs s;
-    s.a = a->data;
-    s.b = b->data;
-    s.lda = a->ld;
-    s.ldb = b->ld;
-    s.a_scales = a->scales;
-    s.b_scales = b->scales;
-    s.a_scale_ld = a->scale_ld;
-    s.b_scale_ld = b->scale_ld;
+    set_operands(s, a, b);
     s.c = p.output_kind == OUTPUT_F32_ACCUMULATE ? p.c : nullptr;
     s.ldc = p.ldc;
     s.d = p.d;

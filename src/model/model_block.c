@@ -75,11 +75,22 @@ bfp8_status model_block_forward(model *m, int l, int64_t batch, int64_t seq) {
     return BFP8_OK;
 }
 
+/* dres += the gradient through an RMSNorm of x, from its output's gradient: the last linear layer's dx, bf16 in
+ * the linear scratch when bf16 (the bf16 recipes), else fp32 in grad_a; its weight's gradient into dweight. */
+static void norm_backward(model *m, float *dres, float *dweight, const float *x, const float *weight,
+                          const float *rstd, int bf16) {
+    const int64_t M = m->last_batch * m->last_seq, D = m->config.dim;
+    if (bf16)
+        m->ops->rmsnorm_backward_bf16(&m->oc, dres, dweight, m->linear_scratch.in_bf16, x, weight, rstd, M, D);
+    else
+        m->ops->rmsnorm_backward(&m->oc, dres, dweight, m->act.grad_a, x, weight, rstd, M, D);
+}
+
 /* The dense MLP's backward: dres (the block output's gradient) -> dres += its input's gradient through the
  * MLP norm. */
 static bfp8_status mlp_backward(model *m, int l, float *dres, int accumulate, int bf16) {
     const model_config *c = &m->config;
-    const int64_t D = c->dim, F = c->ffn_hidden, M = m->last_batch * m->last_seq;
+    const int64_t F = c->ffn_hidden, M = m->last_batch * m->last_seq;
     model_activations *a = &m->act;
     const model_linear_scratch *s = &m->linear_scratch;
     const model_ops *ops = m->ops;
@@ -94,12 +105,7 @@ static bfp8_status mlp_backward(model *m, int l, float *dres, int accumulate, in
     BFP8_TRY(model_linear_backward(&blk->gate_up, s, bf16 ? NULL : a->grad_b, M, bf16 ? NULL : a->grad_a,
                                    accumulate));
     PROFILE(oc, ELEMENTWISE);
-    if (bf16)
-        ops->rmsnorm_backward_bf16(oc, dres, blk->d_mlp_norm, s->in_bf16, a->residual_mid[l], blk->mlp_norm,
-                                   a->mlp_rstd[l], M, D);
-    else
-        ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
-                              a->mlp_rstd[l], M, D);
+    norm_backward(m, dres, blk->d_mlp_norm, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l], bf16);
     return BFP8_OK;
 }
 
@@ -121,8 +127,7 @@ bfp8_status model_block_backward(model *m, int l, float *dres, int accumulate) {
     if (blk->moe) { /* fp32 in and out */
         BFP8_TRY(model_moe_backward(m, blk->moe, dres, a->grad_a, accumulate));
         PROFILE(oc, ELEMENTWISE);
-        ops->rmsnorm_backward(oc, dres, blk->d_mlp_norm, a->grad_a, a->residual_mid[l], blk->mlp_norm,
-                              a->mlp_rstd[l], M, D);
+        norm_backward(m, dres, blk->d_mlp_norm, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l], 0);
     } else {
         BFP8_TRY(mlp_backward(m, l, dres, accumulate, bf16));
     }
@@ -144,12 +149,7 @@ bfp8_status model_block_backward(model *m, int l, float *dres, int accumulate) {
     BFP8_TRY(model_linear_backward(&blk->qkv, s, flash16 ? NULL : a->grad_b, M, bf16 ? NULL : a->grad_a,
                                    accumulate));
     PROFILE(oc, ELEMENTWISE);
-    if (bf16)
-        ops->rmsnorm_backward_bf16(oc, dres, blk->d_attn_norm, s->in_bf16, a->residual[l], blk->attn_norm,
-                                   a->attn_rstd[l], M, D);
-    else
-        ops->rmsnorm_backward(oc, dres, blk->d_attn_norm, a->grad_a, a->residual[l], blk->attn_norm,
-                              a->attn_rstd[l], M, D);
+    norm_backward(m, dres, blk->d_attn_norm, a->residual[l], blk->attn_norm, a->attn_rstd[l], bf16);
     return BFP8_OK;
 }
 
