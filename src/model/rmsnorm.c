@@ -10,15 +10,20 @@
 
 #include "formats/formats.h"
 
+/* 1 / sqrt(mean(x^2) + eps) of one row, summed in order. */
+static float row_rstd(const float *x, int64_t dim, float eps) {
+    float sum_sq = 0.0f;
+    for (int64_t i = 0; i < dim; ++i) sum_sq += x[i] * x[i];
+    return 1.0f / sqrtf(sum_sq / (float)dim + eps);
+}
+
 void rmsnorm_forward(model_ops_ctx *oc, float *out, float *rstd, const float *x, const float *weight, int64_t tokens,
                      int64_t dim, float eps) {
     (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *xt = x + t * dim;
-        float sum_sq = 0.0f;
-        for (int64_t i = 0; i < dim; ++i) sum_sq += xt[i] * xt[i];
-        const float r = 1.0f / sqrtf(sum_sq / (float)dim + eps);
+        const float r = row_rstd(xt, dim, eps);
         rstd[t] = r;
         float *ot = out + t * dim;
         for (int64_t i = 0; i < dim; ++i) ot[i] = xt[i] * r * weight[i];
@@ -31,9 +36,7 @@ void rmsnorm_forward_bf16(model_ops_ctx *oc, uint16_t *out, float *rstd, const f
 #pragma omp parallel for schedule(static) if (tokens * dim >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *xt = x + t * dim;
-        float sum_sq = 0.0f;
-        for (int64_t i = 0; i < dim; ++i) sum_sq += xt[i] * xt[i];
-        const float r = 1.0f / sqrtf(sum_sq / (float)dim + eps);
+        const float r = row_rstd(xt, dim, eps);
         rstd[t] = r;
         uint16_t *ot = out + t * dim;
         for (int64_t i = 0; i < dim; ++i) ot[i] = bfp8_encode_bf16(xt[i] * r * weight[i]);

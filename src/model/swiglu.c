@@ -8,13 +8,21 @@
 
 #include "formats/formats.h"
 
+/* silu(g) * u, and the gradients of g and u from d (the same expressions on both precisions). */
+static inline float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+static inline void swiglu_grads(float g, float u, float d, float *dg, float *du) {
+    const float sig = 1.0f / (1.0f + expf(-g));
+    *du = d * (g * sig);
+    *dg = d * u * sig * (1.0f + g * (1.0f - sig));
+}
+
 void swiglu_forward(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
     (void)oc;
 #pragma omp parallel for schedule(static) if (tokens * hidden >= PARALLEL_MIN_WORK)
     for (int64_t t = 0; t < tokens; ++t) {
         const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         float *o = out + t * hidden;
-        for (int64_t i = 0; i < hidden; ++i) o[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+        for (int64_t i = 0; i < hidden; ++i) o[i] = swiglu_value(gate[i], up[i]);
     }
 }
 
@@ -26,12 +34,7 @@ void swiglu_backward(model_ops_ctx *oc, float *dgate_up, const float *dout, cons
         const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         const float *d = dout + t * hidden;
         float *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
-        for (int64_t i = 0; i < hidden; ++i) {
-            const float sig = 1.0f / (1.0f + expf(-gate[i]));
-            const float silu = gate[i] * sig;
-            dup[i] = d[i] * silu;
-            dgate[i] = d[i] * up[i] * sig * (1.0f + gate[i] * (1.0f - sig));
-        }
+        for (int64_t i = 0; i < hidden; ++i) swiglu_grads(gate[i], up[i], d[i], &dgate[i], &dup[i]);
     }
 }
 
@@ -42,8 +45,7 @@ void swiglu_forward_bf16(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_
         const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         uint16_t *o = out + t * hidden;
         for (int64_t i = 0; i < hidden; ++i) {
-            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]);
-            o[i] = bfp8_encode_bf16(g / (1.0f + expf(-g)) * u);
+            o[i] = bfp8_encode_bf16(swiglu_value(bfp8_decode_bf16(gate[i]), bfp8_decode_bf16(up[i])));
         }
     }
 }
@@ -56,11 +58,10 @@ void swiglu_backward_bf16(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t 
         const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden, *d = dout + t * hidden;
         uint16_t *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
         for (int64_t i = 0; i < hidden; ++i) {
-            const float g = bfp8_decode_bf16(gate[i]), u = bfp8_decode_bf16(up[i]), di = bfp8_decode_bf16(d[i]);
-            const float sig = 1.0f / (1.0f + expf(-g));
-            const float silu = g * sig;
-            dup[i] = bfp8_encode_bf16(di * silu);
-            dgate[i] = bfp8_encode_bf16(di * u * sig * (1.0f + g * (1.0f - sig)));
+            float dg, du;
+            swiglu_grads(bfp8_decode_bf16(gate[i]), bfp8_decode_bf16(up[i]), bfp8_decode_bf16(d[i]), &dg, &du);
+            dgate[i] = bfp8_encode_bf16(dg);
+            dup[i] = bfp8_encode_bf16(du);
         }
     }
 }
