@@ -340,7 +340,10 @@ typedef struct bfp8_linear_config {
     uint32_t *nonfinite_flags;
 } bfp8_linear_config;
 
-/* y = x W^T, W: N x K. Holds the quantized weight and what backward needs. */
+/* y = x W^T, W: N x K. Holds the quantized weight and what backward needs;
+ * the operands that live within one call (the quantized x, dy and dy^T) are
+ * in a scratch that the layers of one context share, so the calls of a
+ * context's layers run one after another on its stream. */
 typedef struct bfp8_linear bfp8_linear;
 
 bfp8_status bfp8_linear_create(bfp8_linear **lin, bfp8_context *ctx, const bfp8_linear_config *cfg);

@@ -43,7 +43,19 @@ struct bfp8_context {
     void *cuda_state;    /* src/cuda: cuBLASLt handle, workspace, device properties */
     int quantize_pdl;    /* BFP8_OPTION_QUANTIZE_PDL */
     int quantize_warm_l2; /* BFP8_OPTION_QUANTIZE_WARM_L2 */
+    /* The linear layers' transient operands (bfp8_linear: the quantized x of a forward, dy and dy^T of a
+     * backward) live within one call on the context's stream, so the layers of a context share this buffer,
+     * grown by bfp8_linear_create to the largest layer's need (linear.c). */
+    void *linear_scratch;
+    size_t linear_scratch_bytes;
 };
+
+/* Grow ctx->linear_scratch to at least `bytes` (what it held is lost). */
+bfp8_status bfp8_context_reserve_linear_scratch(bfp8_context *ctx, size_t bytes);
+
+/* bfp8_linear_backward with an f32 dy (quantized as it is) and a bf16 dx: fp8-blockwise only, for a caller
+ * whose gradient arrives in f32 (the trainer's residual stream). */
+bfp8_status bfp8_linear_backward_f32_dy(bfp8_linear *lin, const float *dy, uint16_t *dx, float *dw, int accumulate);
 
 bfp8_status bfp8_cuda_context_init(bfp8_context *ctx);
 void bfp8_cuda_context_release(bfp8_context *ctx);

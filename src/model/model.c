@@ -35,7 +35,7 @@ typedef struct arena_plan {
 static void *arena_take(arena_plan *a, size_t bytes) {
     const size_t offset = (a->used + 63) / 64 * 64;
     a->used = offset + bytes;
-    return a->base ? a->base + offset : NULL;
+    return a->base && bytes ? a->base + offset : NULL; /* (nothing to point at: NULL, so a stray use fails) */
 }
 
 static float *take_floats(arena_plan *a, int64_t count) {
@@ -63,9 +63,9 @@ static void plan_activations(model *m, arena_plan *a) {
         if (a->base) act->residual[l] = r;
     }
     /* Flash attention keeps its bf16 q | k | v in probs (flash_attention_saved_floats), so the backward never
-     * reads qkv: the layers share one. The bf16 recipes keep gate_up as the linear layer's bf16 output. */
+     * reads qkv: the layers share one. Unless exact, gate_up is kept as the linear layer's bf16 output. */
     const int flash = m->options.flash_attention, exact = m->options.exact_linears;
-    const int bf16_io = !exact && !model_linear_f32_activations(m->options.recipe, exact);
+    const int bf16_io = !exact;
     const int64_t gate_up_floats = bf16_io ? M * F : M * 2 * F;
     const int64_t probs = flash ? flash_attention_saved_floats(B, T, c->n_heads, D / c->n_heads)
                                 : B * c->n_heads * T * T;
@@ -87,29 +87,35 @@ static void plan_activations(model *m, arena_plan *a) {
     act->final_out = take_floats(a, M * D);
     void *head_buffers = arena_take(a, head_loss_buffer_bytes(&m->head_layer));
     if (a->base) head_loss_carve(&m->head_layer, head_buffers);
-    act->work_in = take_floats(a, M * W);
-    act->grad_a = take_floats(a, M * W);
-    act->grad_b = take_floats(a, M * W);
+    /* fp32 staging, as wide as what uses it: exact linears (any width); a mixture-of-experts block's input
+     * and gradient (dim); attention without flash (its output and gradient, dim, and that of qkv, 3 dim);
+     * the head's input gradient (dim). With bf16 hand-offs and flash attention only the last is left. */
+    const int64_t fp32_in = exact ? W : (c->moe.num_experts > 0 || !flash) ? D : 0;
+    act->work_in = take_floats(a, M * fp32_in);
+    act->grad_a = take_floats(a, M * (exact ? W : D));
+    act->grad_b = take_floats(a, M * (exact ? W : !flash ? 3 * D : 0));
     act->grad_residual = take_floats(a, M * D);
     act->attn_scratch = take_floats(a, m->options.flash_attention
                                            ? flash_attention_scratch_floats(B, T, c->n_heads, D / c->n_heads)
                                            : attention_scratch_floats(B, T, c->n_heads, D / c->n_heads));
     act->tokens = arena_take(a, (size_t)M * sizeof(int32_t));
     act->targets = arena_take(a, (size_t)M * sizeof(int32_t));
-    /* bf16 boundaries: the recipes with a bf16 GEMM only */
+    /* bf16 boundaries: all but exact linears */
     const size_t bf16_scratch = bf16_io ? (size_t)(M * W) * sizeof(uint16_t) : 0;
     m->linear_scratch.in_bf16 = arena_take(a, bf16_scratch);
     m->linear_scratch.out_bf16 = arena_take(a, bf16_scratch);
-    m->linear_scratch.weight_t = take_floats(a, D * W > F * D ? D * W : F * D);
+    m->linear_scratch.weight_t = take_floats(a, exact ? (D * W > F * D ? D * W : F * D) : 0);
     m->rope_cos = take_floats(a, c->max_seq * (D / c->n_heads) / 2);
     m->rope_sin = take_floats(a, c->max_seq * (D / c->n_heads) / 2);
+    /* the linear layers' inputs: their own, or (fp8-blockwise) the scratch that their forward reads x from and
+     * their backward writes dx to, one after the other */
     for (int64_t l = 0; l < L; ++l) {
         model_block *blk = &m->blocks[l];
         model_linear *lins[LINEARS_PER_BLOCK] = {&blk->qkv, &blk->out, &blk->gate_up, &blk->down};
         const int64_t in_features[LINEARS_PER_BLOCK] = {D, D, D, F};
         for (int i = 0; i < (model_config_moe_layer(c, (int)l) ? 2 : LINEARS_PER_BLOCK); ++i) {
             void *saved = arena_take(a, model_linear_saved_bytes(in_features[i], M, m->options.recipe, exact));
-            if (a->base) lins[i]->saved_input = saved;
+            if (a->base) lins[i]->saved_input = saved ? saved : m->linear_scratch.in_bf16;
         }
     }
 }

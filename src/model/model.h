@@ -73,14 +73,14 @@ typedef struct model_activations {
     float **residual_mid;  /* n_layers: after attention */
     float **attn_rstd, **mlp_rstd; /* n_layers of tokens */
     float **qkv;           /* n_layers of tokens x 3 dim (q, k after RoPE; flash attention: before it, one
-                            * buffer for all layers, bf16 in the bf16 recipes) */
+                            * buffer for all layers, bf16 unless the linears are exact) */
     float **probs;         /* n_layers of batch x heads x seq x seq (flash attention:
                             * flash_attention_saved_floats, model_ops.h) */
-    float **gate_up;       /* n_layers of tokens x 2 ffn (the bf16 recipes: bf16, as the linear layer wrote it) */
+    float **gate_up;       /* n_layers of tokens x 2 ffn (bf16 as the linear layer wrote it, unless exact) */
     float *final_rstd;     /* tokens */
     float *final_out;      /* tokens x dim */
-    float *work_in;        /* tokens x widest: a linear layer's fp32 input */
-    float *grad_a, *grad_b;/* tokens x widest */
+    float *work_in;        /* fp32 staging (plan_activations in model.c says how wide; NULL when unused) */
+    float *grad_a, *grad_b;/* the same */
     float *grad_residual;  /* tokens x dim */
     float *attn_scratch;   /* attention_scratch_floats() */
     int32_t *tokens, *targets; /* tokens: the last forward's ids, in backend memory */

@@ -21,7 +21,7 @@ bfp8_status model_block_forward(model *m, int l, int64_t batch, int64_t seq) {
     model_ops_ctx *oc = &m->oc;
     const int flash = m->options.flash_attention;
     model_block *blk = &m->blocks[l];
-    /* A linear layer that takes bf16 (the bf16 recipes) gets its input written as bf16 straight into it by
+    /* A linear layer that takes bf16 (all but exact ones) gets its input written as bf16 straight into it by
      * the op before it (in16), with no fp32 copy and conversion pass in between; else through work_in. */
     uint16_t *in16 = model_linear_input_bf16(&blk->qkv);
     PROFILE(oc, ELEMENTWISE);
@@ -29,7 +29,7 @@ bfp8_status model_block_forward(model *m, int l, int64_t batch, int64_t seq) {
         ops->rmsnorm_forward_bf16(oc, in16, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
     else
         ops->rmsnorm_forward(oc, a->work_in, a->attn_rstd[l], a->residual[l], blk->attn_norm, M, D, c->norm_eps);
-    /* qkv16: with flash attention the bf16 recipes hand qkv over as bf16 (its buffer holds bf16 then) */
+    /* qkv16: with flash attention, bf16 linears hand qkv over as bf16 (its buffer holds bf16 then) */
     uint16_t *qkv16 = flash && in16 ? (uint16_t *)a->qkv[l] : NULL;
     if (qkv16)
         BFP8_TRY(model_linear_forward_to_bf16(&blk->qkv, NULL, M, qkv16));
@@ -76,7 +76,8 @@ bfp8_status model_block_forward(model *m, int l, int64_t batch, int64_t seq) {
 }
 
 /* dres += the gradient through an RMSNorm of x, from its output's gradient: the last linear layer's dx, bf16 in
- * the linear scratch when bf16 (the bf16 recipes), else fp32 in grad_a; its weight's gradient into dweight. */
+ * the linear scratch when bf16 (all but exact linears), else fp32 in grad_a; its weight's gradient into
+ * dweight. */
 static void norm_backward(model *m, float *dres, float *dweight, const float *x, const float *weight,
                           const float *rstd, int bf16) {
     const int64_t M = m->last_batch * m->last_seq, D = m->config.dim;
@@ -119,7 +120,7 @@ bfp8_status model_block_backward(model *m, int l, float *dres, int accumulate) {
     model_ops_ctx *oc = &m->oc;
     const int flash = m->options.flash_attention;
     model_block *blk = &m->blocks[l];
-    /* bf16: the linear layers take bf16 (the bf16 recipes), so their dx stays bf16 in the linear scratch
+    /* bf16: the linear layers take bf16 (all but exact ones), so their dx stays bf16 in the linear scratch
      * (s->in_bf16) for SwiGLU, the norms and flash attention to read, and SwiGLU and flash attention write
      * the next layer's dy there as bf16 (s->out_bf16; model_linear.h) */
     const int bf16 = model_linear_input_bf16(&blk->qkv) != NULL, flash16 = flash && bf16;

@@ -3,8 +3,8 @@
  * backward, for model_forward / model_backward: RMSNorm, the qkv linear,
  * RoPE and attention (folded into one op with flash attention), the out
  * linear and its residual, RMSNorm, gate-and-up, SwiGLU, down and its
- * residual. In the bf16 recipes the ops next to a linear layer read and
- * write its bf16 (model_linear.h) instead of fp32 copies.
+ * residual. Unless the linears are exact (fp32), the ops next to a linear
+ * layer read and write its bf16 (model_linear.h) instead of fp32 copies.
  */
 #ifndef BFP8_MODEL_MODEL_BLOCK_H
 #define BFP8_MODEL_MODEL_BLOCK_H

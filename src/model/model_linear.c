@@ -1,12 +1,11 @@
 /*
- * model_linear.c - a model linear layer over bfp8_linear: the fp8-blockwise
- * recipe takes the model's fp32 activations as they are (bfp8_linear's _f32
- * forms); the recipes with a bf16 GEMM convert fp32 to bf16 on the way in and
- * back on the way out, with the operations of the context's backend
- * (model_ops.h), unless the op next to them reads or writes bf16 itself
- * (model_linear_input_bf16, and a NULL x, dy or dx). With the step profile
- * on, the time of bfp8_linear counts as "linear" and that of the conversions
- * and residual adds as "norms and elementwise" (model_profile.h).
+ * model_linear.c - a model linear layer over bfp8_linear: bf16 activations
+ * in and out (the op next to a layer reads or writes bf16 itself: a NULL x,
+ * dy or dx), or fp32 ones converted on the way in and out with the
+ * operations of the context's backend (model_ops.h); fp8-blockwise quantizes
+ * an fp32 dy as it is. With the step profile on, the time of bfp8_linear
+ * counts as "linear" and that of the conversions and residual adds as "norms
+ * and elementwise" (model_profile.h).
  */
 #include "model/model_linear.h"
 
@@ -19,13 +18,12 @@
 /* The step profile: from here on the time belongs to this class (model_profile.h). */
 #define PROFILE(oc, class) model_profile_mark((oc), MODEL_PROFILE_##class)
 
-int model_linear_f32_activations(bfp8_recipe recipe, int exact) {
-    return !exact && recipe == BFP8_RECIPE_FP8_BLOCKWISE;
+int model_linear_keeps_input(bfp8_recipe recipe, int exact) {
+    return exact || recipe != BFP8_RECIPE_FP8_BLOCKWISE;
 }
 
 size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_recipe recipe, int exact) {
-    /* fp8-blockwise keeps x^T quantized inside bfp8_linear: nothing to save here */
-    if (model_linear_f32_activations(recipe, exact)) return 0;
+    if (!model_linear_keeps_input(recipe, exact)) return 0;
     return (size_t)(in_features * max_tokens) * (exact ? sizeof(float) : sizeof(uint16_t));
 }
 
@@ -39,7 +37,7 @@ bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx 
     l->out_features = out_features;
     l->max_tokens = max_tokens;
     l->exact = exact;
-    l->f32_activations = model_linear_f32_activations(recipe, exact);
+    l->recipe = recipe;
     l->weight = weight;
     l->grad = grad;
     l->nonfinite_flags = nonfinite_flags;
@@ -70,7 +68,7 @@ bfp8_status model_linear_set_weight(model_linear *l) {
 }
 
 uint16_t *model_linear_input_bf16(const model_linear *l) {
-    return l->exact || l->f32_activations ? NULL : l->saved_input;
+    return l->exact ? NULL : l->saved_input;
 }
 
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
@@ -90,13 +88,6 @@ bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s,
         l->ops->transpose_f32(oc, s->weight_t, l->weight, N, K);
         if (residual) l->ops->copy_f32(oc, y, residual, tokens * N);
         l->ops->matmul_f32(oc, y, N, x_saved, K, 0, s->weight_t, N, tokens, N, K, residual != NULL);
-        return BFP8_OK;
-    }
-    if (l->f32_activations) {
-        PROFILE(oc, LINEAR);
-        BFP8_TRY(bfp8_linear_forward_f32(l->lin, x, tokens, y));
-        PROFILE(oc, ELEMENTWISE);
-        if (residual) l->ops->add_f32(oc, y, residual, tokens * N);
         return BFP8_OK;
     }
     PROFILE(oc, ELEMENTWISE);
@@ -130,7 +121,7 @@ bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s
                                   int64_t tokens, float *dx, int accumulate) {
     const int64_t K = l->in_features, N = l->out_features;
     model_ops_ctx *oc = l->oc;
-    if ((!dy || !dx) && !model_linear_input_bf16(l))
+    if ((!dy || !dx) && l->exact)
         return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: dy and dx stay bf16 in the scratch only in a bf16 layer",
                          l->name);
     if (l->exact) {
@@ -139,14 +130,15 @@ bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s
         l->ops->matmul_f32(oc, l->grad, K, dy, N, 1, l->saved_input, K, N, K, tokens, accumulate);
         return BFP8_OK;
     }
-    if (l->f32_activations) {
+    if (dy && l->recipe == BFP8_RECIPE_FP8_BLOCKWISE) { /* dy quantized from fp32 as it is */
         PROFILE(oc, LINEAR);
-        return bfp8_linear_backward_f32(l->lin, dy, dx, l->grad, accumulate);
+        BFP8_TRY(bfp8_linear_backward_f32_dy(l->lin, dy, s->in_bf16, l->grad, accumulate));
+    } else {
+        PROFILE(oc, ELEMENTWISE);
+        if (dy) l->ops->f32_to_bf16(oc, s->out_bf16, dy, tokens * N);
+        PROFILE(oc, LINEAR);
+        BFP8_TRY(bfp8_linear_backward(l->lin, s->out_bf16, s->in_bf16, l->grad, accumulate));
     }
-    PROFILE(oc, ELEMENTWISE);
-    if (dy) l->ops->f32_to_bf16(oc, s->out_bf16, dy, tokens * N);
-    PROFILE(oc, LINEAR);
-    BFP8_TRY(bfp8_linear_backward(l->lin, s->out_bf16, s->in_bf16, l->grad, accumulate));
     PROFILE(oc, ELEMENTWISE);
     if (dx) l->ops->bf16_to_f32(oc, dx, s->in_bf16, tokens * K, 0);
     return BFP8_OK;

@@ -1,9 +1,12 @@
 /*
- * model_linear.h - one linear layer of the model: fp32 activations on the
- * model side, handed to bfp8_linear (which runs the recipe: bf16,
- * fp8-blockwise or fp8-blockwise-bf16wgrad) as they are in fp8-blockwise and
- * as bf16 in the two recipes with a bf16 GEMM; fp32 master weight and
- * gradient in the model's parameter arena.
+ * model_linear.h - one linear layer of the model over bfp8_linear (which
+ * runs the recipe: bf16, fp8-blockwise or fp8-blockwise-bf16wgrad): bf16
+ * activations handed over in place by the ops next to it, or fp32 ones
+ * converted on the way; fp32 master weight and gradient in the model's
+ * parameter arena. The layer's bf16 input buffer is its own where its
+ * backward reads the input again (bf16 and bf16-wgrad keep x for their bf16
+ * wgrad), and the model's shared one in fp8-blockwise, whose backward reads
+ * only the x^T quantized by the forward.
  *
  * The exact mode skips bfp8_linear and computes in fp32 (no rounding at
  * all): the gradient checks use it to test the model's wiring.
@@ -21,10 +24,10 @@ typedef struct model_linear {
     int layer;
     int64_t in_features, out_features, max_tokens;
     int exact;
-    int f32_activations;       /* fp8-blockwise: bfp8_linear's _f32 forms, no conversion */
+    bfp8_recipe recipe;
     float *weight, *grad;      /* out x in, in the parameter arena */
     uint32_t *nonfinite_flags; /* BFP8_LINEAR_NUM_FLAGS, backend memory */
-    void *saved_input;         /* the last forward's input: bf16, or f32 when exact; unused with f32_activations */
+    void *saved_input;         /* the forward's input: bf16 (fp8-blockwise: shared by the layers), f32 when exact */
     bfp8_linear *lin;          /* NULL when exact */
     const model_ops *ops;      /* the context's backend: conversions, exact-mode products */
     model_ops_ctx *oc;         /* what they run with (the model's) */
@@ -38,11 +41,11 @@ typedef struct model_linear_scratch {
     float *weight_t;              /* widest weight, transposed (exact mode) */
 } model_linear_scratch;
 
-/* 1 when the layer hands bfp8_linear the fp32 activations as they are
- * (fp8-blockwise), 0 when it converts them to bf16 (or computes exactly). */
-int model_linear_f32_activations(bfp8_recipe recipe, int exact);
+/* 1 when the layer's backward reads its input again (so each layer keeps its own), 0 when not
+ * (fp8-blockwise: the layers share one input buffer). */
+int model_linear_keeps_input(bfp8_recipe recipe, int exact);
 
-/* Bytes of saved_input that one layer needs (0 for fp8-blockwise). */
+/* Bytes of saved_input that one layer needs of its own (0 for fp8-blockwise). */
 size_t model_linear_saved_bytes(int64_t in_features, int64_t max_tokens, bfp8_recipe recipe, int exact);
 
 bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx *oc, const char *name, int layer,
@@ -53,10 +56,9 @@ void model_linear_release(model_linear *l);
 /* Re-read the fp32 master weight (quantize it, or round it to bf16). */
 bfp8_status model_linear_set_weight(model_linear *l);
 
-/* The bf16 recipes: the layer's bf16 input (tokens x in, kept for its
- * backward), where an op that writes bf16 itself puts the layer's input
- * before a forward with x NULL. NULL when the layer takes fp32
- * (fp8-blockwise, exact). */
+/* The layer's bf16 input (tokens x in), where an op that writes bf16
+ * itself puts the layer's input before a forward with x NULL. NULL when the
+ * layer computes exactly (fp32). */
 uint16_t *model_linear_input_bf16(const model_linear *l);
 
 /* y (tokens x out) = x W^T, or residual + x W^T when residual is not NULL
@@ -65,13 +67,13 @@ uint16_t *model_linear_input_bf16(const model_linear *l);
 bfp8_status model_linear_forward(model_linear *l, const model_linear_scratch *s, const float *x,
                                  int64_t tokens, float *y, const float *residual);
 
-/* The same with y (tokens x out) written as bf16, no residual: the bf16
- * recipes only (for an op that reads bf16 itself). */
+/* The same with y (tokens x out) written as bf16, no residual (for an op
+ * that reads bf16 itself); not exact. */
 bfp8_status model_linear_forward_to_bf16(model_linear *l, const float *x, int64_t tokens, uint16_t *y);
 
 /* dx (tokens x in, written) = dy W;  grad = (accumulate ? grad : 0) + dy^T x.
- * The bf16 recipes only: dy NULL: dy is already in s->out_bf16 as bf16; dx
- * NULL: dx is left in s->in_bf16 as bf16, for an op that reads bf16. */
+ * Not exact: dy NULL: dy is already in s->out_bf16 as bf16; dx NULL: dx is
+ * left in s->in_bf16 as bf16, for an op that reads bf16. */
 bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s, const float *dy,
                                   int64_t tokens, float *dx, int accumulate);
 

@@ -16,7 +16,7 @@ void swiglu_forward(model_ops_ctx *oc, float *out, const float *gate_up, int64_t
 void swiglu_backward(model_ops_ctx *oc, float *dgate_up, const float *dout, const float *gate_up, int64_t tokens,
                      int64_t hidden);
 
-/* The bf16 recipes' forms: gate_up and dout as bf16 (the gate-and-up linear
+/* The bf16 forms (all but exact linears): gate_up and dout as bf16 (the gate-and-up linear
  * layer's bf16 output, the down layer's bf16 dx, as they are), out / dgate_up
  * rounded to bf16 (formats.h's
  * bfp8_encode_bf16): the input, or the output gradient, of a bf16 linear

@@ -18,7 +18,10 @@
  *
  * Every buffer is allocated at create, sized by max_tokens; forward and
  * backward build views of them for the current token count and allocate
- * nothing.
+ * nothing. A layer keeps only what its backward reads (W_q, W^T_q, x^T_q);
+ * x_q, dy_q and dy^T_q live within one call, so they are views of the
+ * context's linear scratch (internal.h), which all layers of a context
+ * share: a model's layers hold one set of them, not one each.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,9 +63,11 @@ struct bfp8_linear {
     int64_t tokens;          /* M of the last forward; 0 before the first */
     const uint16_t *x_saved; /* the last forward's x (recipes with a bf16 wgrad) */
     qbuffer w_q, wt_q;       /* fp8 recipes: W (N x K) and W^T (K x N), 128x128 */
-    qbuffer x_q, xt_q;       /* x (M x K) and x^T (K x M, fp8 wgrad only), 1x128 */
-    qbuffer dy_q, dyt_q;     /* dy (M x N) and dy^T (N x M, fp8 wgrad only), 1x128 */
-    uint16_t *w_bf16;        /* bf16 recipe: W (N x K) */
+    qbuffer xt_q;            /* x^T (K x M, fp8 wgrad only), 1x128 */
+    /* in the context's linear scratch, at these offsets: x (M x K) in a forward; dy (M x N) and dy^T
+     * (N x M, fp8 wgrad only) in a backward; 1x128 */
+    size_t x_q_scales, dy_q_scales, dyt_q_data, dyt_q_scales;
+    uint16_t *w_bf16; /* bf16 recipe: W (N x K) */
 };
 
 static int is_fp8(const bfp8_linear *lin) { return lin->cfg.recipe != BFP8_RECIPE_BF16; }
@@ -75,6 +80,38 @@ static bfp8_status alloc_qbuffer(bfp8_context *ctx, qbuffer *b, int64_t rows, in
     BFP8_TRY(bfp8_qmatrix_layout(&layout, rows, cols, gran, &data_bytes, &scale_bytes));
     BFP8_TRY(bfp8_malloc(ctx, (void **)&b->data, data_bytes));
     return bfp8_malloc(ctx, (void **)&b->scales, scale_bytes);
+}
+
+/* Bytes of a rows x cols quantized operand's codes and scales, each rounded up to 256 (a place in the scratch
+ * for the next one). */
+static bfp8_status operand_bytes(int64_t rows, int64_t cols, size_t *data_bytes, size_t *scale_bytes) {
+    bfp8_qmatrix layout;
+    BFP8_TRY(bfp8_qmatrix_layout(&layout, rows, cols, BFP8_GRAN_1X128, data_bytes, scale_bytes));
+    *data_bytes = (*data_bytes + 255) / 256 * 256;
+    *scale_bytes = (*scale_bytes + 255) / 256 * 256;
+    return BFP8_OK;
+}
+
+/* The offsets of the transient operands in the context's linear scratch, and the scratch grown to hold them. */
+static bfp8_status plan_scratch(bfp8_linear *lin) {
+    const int64_t n = lin->cfg.out_features, k = lin->cfg.in_features, m = lin->cfg.max_tokens;
+    size_t x_data, x_scales, dy_data, dy_scales, dyt_data = 0, dyt_scales = 0;
+    BFP8_TRY(operand_bytes(m, k, &x_data, &x_scales));
+    BFP8_TRY(operand_bytes(m, n, &dy_data, &dy_scales));
+    if (has_fp8_wgrad(lin)) BFP8_TRY(operand_bytes(n, m, &dyt_data, &dyt_scales));
+    lin->x_q_scales = x_data;
+    lin->dy_q_scales = dy_data;
+    lin->dyt_q_data = dy_data + dy_scales;
+    lin->dyt_q_scales = lin->dyt_q_data + dyt_data;
+    const size_t forward = x_data + x_scales, backward = lin->dyt_q_scales + dyt_scales;
+    return bfp8_context_reserve_linear_scratch(lin->ctx, forward > backward ? forward : backward);
+}
+
+/* A view of the scratch at the offsets of one operand. */
+static qbuffer scratch_operand(const bfp8_linear *lin, size_t data_offset, size_t scales_offset) {
+    uint8_t *base = lin->ctx->linear_scratch;
+    const qbuffer b = {base + data_offset, (float *)(base + scales_offset)};
+    return b;
 }
 
 static void free_qbuffer(bfp8_context *ctx, qbuffer *b) {
@@ -100,7 +137,7 @@ static bfp8_quantize_options options_for(const bfp8_linear *lin, int flag) {
 
 void bfp8_linear_destroy(bfp8_linear *lin) {
     if (!lin) return;
-    qbuffer *buffers[] = {&lin->w_q, &lin->wt_q, &lin->x_q, &lin->xt_q, &lin->dy_q, &lin->dyt_q};
+    qbuffer *buffers[] = {&lin->w_q, &lin->wt_q, &lin->xt_q};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; ++i) free_qbuffer(lin->ctx, buffers[i]);
     bfp8_free(lin->ctx, lin->w_bf16);
     free(lin);
@@ -138,12 +175,8 @@ bfp8_status bfp8_linear_create(bfp8_linear **out, bfp8_context *ctx, const bfp8_
     if (is_fp8(lin)) {
         if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->w_q, n, k, BFP8_GRAN_128X128);
         if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->wt_q, k, n, BFP8_GRAN_128X128);
-        if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->x_q, m, k, BFP8_GRAN_1X128);
-        if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->dy_q, m, n, BFP8_GRAN_1X128);
-        if (has_fp8_wgrad(lin)) {
-            if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->xt_q, k, m, BFP8_GRAN_1X128);
-            if (st == BFP8_OK) st = alloc_qbuffer(ctx, &lin->dyt_q, n, m, BFP8_GRAN_1X128);
-        }
+        if (st == BFP8_OK && has_fp8_wgrad(lin)) st = alloc_qbuffer(ctx, &lin->xt_q, k, m, BFP8_GRAN_1X128);
+        if (st == BFP8_OK) st = plan_scratch(lin);
     } else {
         st = bfp8_malloc(ctx, (void **)&lin->w_bf16, (size_t)(n * k) * sizeof(uint16_t));
     }
@@ -221,7 +254,8 @@ static bfp8_status linear_forward(bfp8_linear *lin, const void *x, bfp8_dtype dt
     bfp8_matrix ym = {y, dtype, m, n, n};
     lin->tokens = 0; /* what a failed forward leaves cannot be differentiated */
     if (is_fp8(lin)) {
-        bfp8_qmatrix x_q = view(&lin->x_q, m, k, BFP8_GRAN_1X128);
+        const qbuffer x_buffer = scratch_operand(lin, 0, lin->x_q_scales);
+        bfp8_qmatrix x_q = view(&x_buffer, m, k, BFP8_GRAN_1X128);
         bfp8_qmatrix xt_q = view(&lin->xt_q, k, m, BFP8_GRAN_1X128);
         const bfp8_qmatrix w_q = view(&lin->w_q, n, k, BFP8_GRAN_128X128);
         const bfp8_quantize_options o = options_for(lin, BFP8_LINEAR_FLAG_X);
@@ -244,12 +278,12 @@ bfp8_status bfp8_linear_forward_f32(bfp8_linear *lin, const float *x, int64_t to
     return linear_forward(lin, x, BFP8_F32, tokens, y, "bfp8_linear_forward_f32");
 }
 
-/* Backward of the last forward with dy and dx of dtype. */
-static bfp8_status linear_backward(bfp8_linear *lin, const void *dy, bfp8_dtype dtype, void *dx, float *dw,
-                                   int accumulate, const char *fn) {
+/* Backward of the last forward with dy of dtype and dx of dx_dtype. */
+static bfp8_status linear_backward(bfp8_linear *lin, const void *dy, bfp8_dtype dtype, void *dx, bfp8_dtype dx_dtype,
+                                   float *dw, int accumulate, const char *fn) {
     if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
     BFP8_TRY(check_ready(lin, fn));
-    if (dtype == BFP8_F32) BFP8_TRY(check_f32_recipe(lin, fn));
+    if (dtype == BFP8_F32 || dx_dtype == BFP8_F32) BFP8_TRY(check_f32_recipe(lin, fn));
     if (lin->tokens == 0)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no forward to differentiate (call bfp8_linear_forward first)",
                          fn);
@@ -259,7 +293,7 @@ static bfp8_status linear_backward(bfp8_linear *lin, const void *dy, bfp8_dtype 
     snprintf(what, sizeof what, "%s: dy", fn);
     BFP8_TRY(check_activation_pointer(lin, dy, dtype, what));
     snprintf(what, sizeof what, "%s: dx", fn);
-    if (dx) BFP8_TRY(check_activation_pointer(lin, dx, dtype, what));
+    if (dx) BFP8_TRY(check_activation_pointer(lin, dx, dx_dtype, what));
     if (!dw) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: dw is NULL", fn);
     if ((uintptr_t)dw % sizeof(float) != 0)
         return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: dw is not 4-byte aligned", fn);
@@ -271,14 +305,16 @@ static bfp8_status linear_backward(bfp8_linear *lin, const void *dy, bfp8_dtype 
     bfp8_matrix dwm = {dw, BFP8_F32, n, k, k};
     const bfp8_matrix *c = accumulate ? &dwm : NULL;
     if (is_fp8(lin)) {
-        bfp8_qmatrix dy_q = view(&lin->dy_q, m, n, BFP8_GRAN_1X128);
-        bfp8_qmatrix dyt_q = view(&lin->dyt_q, n, m, BFP8_GRAN_1X128);
+        const qbuffer dy_buffer = scratch_operand(lin, 0, lin->dy_q_scales);
+        const qbuffer dyt_buffer = scratch_operand(lin, lin->dyt_q_data, lin->dyt_q_scales);
+        bfp8_qmatrix dy_q = view(&dy_buffer, m, n, BFP8_GRAN_1X128);
+        bfp8_qmatrix dyt_q = view(&dyt_buffer, n, m, BFP8_GRAN_1X128);
         const bfp8_quantize_options o = options_for(lin, BFP8_LINEAR_FLAG_DY);
         if (dx || has_fp8_wgrad(lin))
             BFP8_TRY(bfp8_quantize_1x128(lin->ctx, &dym, dx ? &dy_q : NULL, has_fp8_wgrad(lin) ? &dyt_q : NULL, &o));
         if (dx) {
             const bfp8_qmatrix wt_q = view(&lin->wt_q, k, n, BFP8_GRAN_128X128);
-            bfp8_matrix dxm = {dx, dtype, m, k, k};
+            bfp8_matrix dxm = {dx, dx_dtype, m, k, k};
             BFP8_TRY(bfp8_gemm_1d2d(lin->ctx, &dy_q, &wt_q, &dxm));
         }
         if (has_fp8_wgrad(lin)) {
@@ -297,9 +333,13 @@ static bfp8_status linear_backward(bfp8_linear *lin, const void *dy, bfp8_dtype 
 }
 
 bfp8_status bfp8_linear_backward(bfp8_linear *lin, const uint16_t *dy, uint16_t *dx, float *dw, int accumulate) {
-    return linear_backward(lin, dy, BFP8_BF16, dx, dw, accumulate, "bfp8_linear_backward");
+    return linear_backward(lin, dy, BFP8_BF16, dx, BFP8_BF16, dw, accumulate, "bfp8_linear_backward");
 }
 
 bfp8_status bfp8_linear_backward_f32(bfp8_linear *lin, const float *dy, float *dx, float *dw, int accumulate) {
-    return linear_backward(lin, dy, BFP8_F32, dx, dw, accumulate, "bfp8_linear_backward_f32");
+    return linear_backward(lin, dy, BFP8_F32, dx, BFP8_F32, dw, accumulate, "bfp8_linear_backward_f32");
+}
+
+bfp8_status bfp8_linear_backward_f32_dy(bfp8_linear *lin, const float *dy, uint16_t *dx, float *dw, int accumulate) {
+    return linear_backward(lin, dy, BFP8_F32, dx, BFP8_BF16, dw, accumulate, "bfp8_linear_backward_f32_dy");
 }
