@@ -103,6 +103,10 @@ bfp8_backend bfp8_context_backend(const bfp8_context *ctx);
 /* CUDA: the cudaStream_t that work is enqueued on (NULL = legacy default). */
 bfp8_status bfp8_context_set_stream(bfp8_context *ctx, void *cuda_stream);
 bfp8_status bfp8_context_synchronize(bfp8_context *ctx);
+/* CUDA: bytes of the context's GPU in use now (its total less its free
+ * memory: every process's allocations and CUDA's own included);
+ * BFP8_ERR_UNSUPPORTED on the CPU backend. */
+bfp8_status bfp8_device_memory_in_use(const bfp8_context *ctx, size_t *bytes);
 
 /*
  * Switches of a context, each 0 (off) or 1 (on). They change how work is

@@ -53,6 +53,18 @@ struct bfp8_context {
 /* Grow ctx->linear_scratch to at least `bytes` (what it held is lost). */
 bfp8_status bfp8_context_reserve_linear_scratch(bfp8_context *ctx, size_t bytes);
 
+/* An fp8-blockwise layer whose caller quantizes its input (or its dy) itself, fused into the op that makes it:
+ * the views of where the layer's forward (backward) reads the quantized operands for `tokens` rows (the last
+ * forward's), and the quantize options of the layer (its non-finite flag), then the forward (backward) from
+ * them. bfp8_linear_input_views ends the last forward (its backward can no longer run). */
+bfp8_status bfp8_linear_input_views(bfp8_linear *lin, int64_t tokens, bfp8_qmatrix *x_q, bfp8_qmatrix *xt_q,
+                                    bfp8_quantize_options *options);
+bfp8_status bfp8_linear_forward_quantized(bfp8_linear *lin, int64_t tokens, void *y, bfp8_dtype y_dtype);
+bfp8_status bfp8_linear_dy_views(bfp8_linear *lin, bfp8_qmatrix *dy_q, bfp8_qmatrix *dyt_q,
+                                 bfp8_quantize_options *options);
+bfp8_status bfp8_linear_backward_quantized(bfp8_linear *lin, void *dx, bfp8_dtype dx_dtype, float *dw,
+                                           int accumulate);
+
 /* bfp8_linear_backward with an f32 dy (quantized as it is) and a bf16 dx: fp8-blockwise only, for a caller
  * whose gradient arrives in f32 (the trainer's residual stream). */
 bfp8_status bfp8_linear_backward_f32_dy(bfp8_linear *lin, const float *dy, uint16_t *dx, float *dw, int accumulate);
@@ -65,6 +77,7 @@ void bfp8_cuda_free(bfp8_context *ctx, void *ptr);
 bfp8_status bfp8_cuda_memset_zero(bfp8_context *ctx, void *ptr, size_t bytes);
 bfp8_status bfp8_cuda_copy(bfp8_context *ctx, void *dst, const void *src, size_t bytes, int to_device);
 bfp8_status bfp8_cuda_synchronize(bfp8_context *ctx);
+bfp8_status bfp8_cuda_memory_in_use(const bfp8_context *ctx, size_t *bytes);
 /* BFP8_OK when ptr is device memory (or managed) usable by ctx's device. */
 bfp8_status bfp8_cuda_check_pointer(const bfp8_context *ctx, const void *ptr, const char *what);
 
@@ -83,6 +96,26 @@ bfp8_status bfp8_check_pointer(const bfp8_context *ctx, const void *ptr, const c
 void bfp8_clamp_group_offsets(const int64_t *in, int num_groups, int64_t tokens, int64_t *out);
 /* Number of scale floats q's layout spans (last used index + 1). */
 int64_t bfp8_qmatrix_scale_span(const bfp8_qmatrix *q);
+
+/* ------------------------------------------------------------------------ */
+/* SwiGLU fused with the 1x128 quantizer (src/ops/swiglu_ops.c), for the     */
+/* fp8-blockwise trainer's MLP: both layouts from one pass.                  */
+
+/* h = silu(g) u of gate_up = [g | u] (tokens x 2 hidden, bf16), rounded to
+ * bf16 and quantized 1x128: out_rows tokens x hidden, out_cols hidden x
+ * tokens; bit for bit bfp8_quantize_1x128 of the backend's SwiGLU. */
+bfp8_status bfp8_swiglu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                       bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
+/* [dg | du], SwiGLU's gradients from dout (tokens x hidden, bf16) and
+ * gate_up, rounded to bf16 and quantized 1x128: out_rows tokens x 2 hidden,
+ * out_cols 2 hidden x tokens; hidden a multiple of 128 (no group straddles
+ * g and u). */
+bfp8_status bfp8_swiglu_backward_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *dout,
+                                                const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                                bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
+/* The same checks as bfp8_quantize_1x128's options (src/ops/ops.c). */
+bfp8_status bfp8_check_quantize_options(const bfp8_context *ctx, const bfp8_quantize_options *options,
+                                        const char *fn);
 
 /* ------------------------------------------------------------------------ */
 /* Backend entry points. Arguments are validated; the two backends of one   */
@@ -110,12 +143,22 @@ bfp8_status bfp8_cpu_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a,
 bfp8_status bfp8_cpu_gemm_bf16(bfp8_context *ctx, const bfp8_matrix *a, int a_transposed,
                            const bfp8_matrix *b, int b_transposed, const bfp8_matrix *c,
                            bfp8_matrix *d);
+bfp8_status bfp8_cpu_swiglu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                           bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
+bfp8_status bfp8_cpu_swiglu_backward_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *dout,
+                                                    const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                                    bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
 
 /* CUDA (src/cuda; without CUDA support, src/core/cuda_stubs.c). */
 bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
                                  bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
 bfp8_status bfp8_cuda_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
                                    bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
+bfp8_status bfp8_cuda_swiglu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                            bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
+bfp8_status bfp8_cuda_swiglu_backward_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *dout,
+                                                     const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                                     bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
 bfp8_status bfp8_cuda_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out);
 bfp8_status bfp8_cuda_convert(bfp8_context *ctx, const bfp8_matrix *src, bfp8_matrix *dst);
 bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,

@@ -89,6 +89,13 @@ bfp8_status bfp8_context_synchronize(bfp8_context *ctx) {
     return ctx->backend == BFP8_BACKEND_CUDA ? bfp8_cuda_synchronize(ctx) : BFP8_OK;
 }
 
+bfp8_status bfp8_device_memory_in_use(const bfp8_context *ctx, size_t *bytes) {
+    if (!ctx || !bytes) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_device_memory_in_use: ctx or bytes is NULL");
+    if (ctx->backend != BFP8_BACKEND_CUDA)
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "bfp8_device_memory_in_use: the context is not CUDA");
+    return bfp8_cuda_memory_in_use(ctx, bytes);
+}
+
 bfp8_status bfp8_malloc(bfp8_context *ctx, void **ptr, size_t bytes) {
     if (!ctx || !ptr) return bfp8_fail(BFP8_ERR_NULL_POINTER, "bfp8_malloc: ctx or ptr is NULL");
     if (bytes == 0) return bfp8_fail(BFP8_ERR_INVALID_VALUE, "bfp8_malloc: zero bytes");

@@ -23,8 +23,20 @@ bfp8_status bfp8_cuda_copy(bfp8_context *ctx, void *dst, const void *src, size_t
     (void)ctx; (void)dst; (void)src; (void)bytes; (void)to_device; return no_cuda();
 }
 bfp8_status bfp8_cuda_synchronize(bfp8_context *ctx) { (void)ctx; return no_cuda(); }
+bfp8_status bfp8_cuda_memory_in_use(const bfp8_context *ctx, size_t *bytes) {
+    (void)ctx; (void)bytes; return no_cuda();
+}
 bfp8_status bfp8_cuda_check_pointer(const bfp8_context *ctx, const void *ptr, const char *what) {
     (void)ctx; (void)ptr; (void)what; return no_cuda();
+}
+bfp8_status bfp8_cuda_swiglu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                            bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
+    (void)ctx; (void)gate_up; (void)out_rows; (void)out_cols; (void)options; return no_cuda();
+}
+bfp8_status bfp8_cuda_swiglu_backward_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *dout,
+                                                     const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
+                                                     bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
+    (void)ctx; (void)dout; (void)gate_up; (void)out_rows; (void)out_cols; (void)options; return no_cuda();
 }
 bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
                                      bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {

@@ -65,6 +65,14 @@ void bfp8_cuda_free(bfp8_context *ctx, void *ptr) {
     cudaFree(ptr);
 }
 
+bfp8_status bfp8_cuda_memory_in_use(const bfp8_context *ctx, size_t *bytes) {
+    BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
+    size_t free_bytes = 0, total_bytes = 0;
+    BFP8_CUDA_TRY(cudaMemGetInfo(&free_bytes, &total_bytes));
+    *bytes = total_bytes - free_bytes;
+    return BFP8_OK;
+}
+
 bfp8_status bfp8_cuda_memset_zero(bfp8_context *ctx, void *ptr, size_t bytes) {
     BFP8_CUDA_TRY(cudaMemsetAsync(ptr, 0, bytes, bfp8_stream_of(ctx)));
     return BFP8_OK;

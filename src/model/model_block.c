@@ -64,6 +64,9 @@ bfp8_status model_block_forward(model *m, int l, int64_t batch, int64_t seq) {
         BFP8_TRY(model_linear_forward_to_bf16(&blk->gate_up, NULL, M, (uint16_t *)a->gate_up[l]));
     else
         BFP8_TRY(model_linear_forward(&blk->gate_up, s, a->work_in, M, a->gate_up[l], NULL));
+    if (in16 && model_linear_fuses_swiglu(&blk->down)) /* SwiGLU straight into down's fp8 input */
+        return model_linear_forward_swiglu(&blk->down, s, (const uint16_t *)a->gate_up[l], M, a->residual[l + 1],
+                                           a->residual_mid[l]);
     in16 = model_linear_input_bf16(&blk->down);
     PROFILE(oc, ELEMENTWISE);
     if (in16)
@@ -98,13 +101,18 @@ static bfp8_status mlp_backward(model *m, int l, float *dres, int accumulate, in
     model_ops_ctx *oc = &m->oc;
     model_block *blk = &m->blocks[l];
     BFP8_TRY(model_linear_backward(&blk->down, s, dres, M, bf16 ? NULL : a->grad_a, accumulate));
-    PROFILE(oc, ELEMENTWISE);
-    if (bf16)
-        ops->swiglu_backward_bf16(oc, s->out_bf16, s->in_bf16, (const uint16_t *)a->gate_up[l], M, F);
-    else
-        ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
-    BFP8_TRY(model_linear_backward(&blk->gate_up, s, bf16 ? NULL : a->grad_b, M, bf16 ? NULL : a->grad_a,
-                                   accumulate));
+    if (bf16 && model_linear_fuses_swiglu(&blk->down)) { /* SwiGLU's gradient straight into gate_up's fp8 dy */
+        BFP8_TRY(model_linear_backward_swiglu(&blk->gate_up, s, s->in_bf16, (const uint16_t *)a->gate_up[l], M,
+                                              accumulate));
+    } else {
+        PROFILE(oc, ELEMENTWISE);
+        if (bf16)
+            ops->swiglu_backward_bf16(oc, s->out_bf16, s->in_bf16, (const uint16_t *)a->gate_up[l], M, F);
+        else
+            ops->swiglu_backward(oc, a->grad_b, a->grad_a, a->gate_up[l], M, F);
+        BFP8_TRY(model_linear_backward(&blk->gate_up, s, bf16 ? NULL : a->grad_b, M, bf16 ? NULL : a->grad_a,
+                                       accumulate));
+    }
     PROFILE(oc, ELEMENTWISE);
     norm_backward(m, dres, blk->d_mlp_norm, a->residual_mid[l], blk->mlp_norm, a->mlp_rstd[l], bf16);
     return BFP8_OK;

@@ -42,6 +42,7 @@ bfp8_status model_linear_init(model_linear *l, bfp8_context *ctx, model_ops_ctx 
     l->grad = grad;
     l->nonfinite_flags = nonfinite_flags;
     l->saved_input = saved_input;
+    l->ctx = ctx;
     l->ops = model_ops_for(ctx);
     l->oc = oc;
     if (!l->ops)
@@ -142,4 +143,42 @@ bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s
     PROFILE(oc, ELEMENTWISE);
     if (dx) l->ops->bf16_to_f32(oc, dx, s->in_bf16, tokens * K, 0);
     return BFP8_OK;
+}
+
+int model_linear_fuses_swiglu(const model_linear *down) {
+    return !down->exact && down->recipe == BFP8_RECIPE_FP8_BLOCKWISE && down->in_features % 128 == 0;
+}
+
+bfp8_status model_linear_forward_swiglu(model_linear *down, const model_linear_scratch *s, const uint16_t *gate_up,
+                                        int64_t tokens, float *y, const float *residual) {
+    const int64_t F = down->in_features, N = down->out_features;
+    bfp8_qmatrix x_q, xt_q;
+    bfp8_quantize_options o;
+    model_ops_ctx *oc = down->oc;
+    PROFILE(oc, LINEAR);
+    BFP8_TRY(bfp8_linear_input_views(down->lin, tokens, &x_q, &xt_q, &o));
+    const bfp8_matrix gu = {(void *)gate_up, BFP8_BF16, tokens, 2 * F, 2 * F};
+    BFP8_TRY(bfp8_swiglu_quantize_1x128(down->ctx, &gu, &x_q, &xt_q, &o));
+    BFP8_TRY(bfp8_linear_forward_quantized(down->lin, tokens, s->out_bf16, BFP8_BF16));
+    PROFILE(oc, ELEMENTWISE);
+    if (residual)
+        down->ops->add_bf16_f32(oc, y, residual, s->out_bf16, tokens * N);
+    else
+        down->ops->bf16_to_f32(oc, y, s->out_bf16, tokens * N, 0);
+    return BFP8_OK;
+}
+
+bfp8_status model_linear_backward_swiglu(model_linear *gate_up_layer, const model_linear_scratch *s,
+                                         const uint16_t *dout, const uint16_t *gate_up, int64_t tokens,
+                                         int accumulate) {
+    const int64_t F = gate_up_layer->out_features / 2;
+    bfp8_qmatrix dy_q, dyt_q;
+    bfp8_quantize_options o;
+    PROFILE(gate_up_layer->oc, LINEAR);
+    BFP8_TRY(bfp8_linear_dy_views(gate_up_layer->lin, &dy_q, &dyt_q, &o));
+    const bfp8_matrix d = {(void *)dout, BFP8_BF16, tokens, F, F};
+    const bfp8_matrix gu = {(void *)gate_up, BFP8_BF16, tokens, 2 * F, 2 * F};
+    BFP8_TRY(bfp8_swiglu_backward_quantize_1x128(gate_up_layer->ctx, &d, &gu, &dy_q, &dyt_q,
+                                                 &o));
+    return bfp8_linear_backward_quantized(gate_up_layer->lin, s->in_bf16, BFP8_BF16, gate_up_layer->grad, accumulate);
 }

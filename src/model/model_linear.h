@@ -29,6 +29,7 @@ typedef struct model_linear {
     uint32_t *nonfinite_flags; /* BFP8_LINEAR_NUM_FLAGS, backend memory */
     void *saved_input;         /* the forward's input: bf16 (fp8-blockwise: shared by the layers), f32 when exact */
     bfp8_linear *lin;          /* NULL when exact */
+    bfp8_context *ctx;         /* the model's */
     const model_ops *ops;      /* the context's backend: conversions, exact-mode products */
     model_ops_ctx *oc;         /* what they run with (the model's) */
 } model_linear;
@@ -76,5 +77,18 @@ bfp8_status model_linear_forward_to_bf16(model_linear *l, const float *x, int64_
  * left in s->in_bf16 as bf16, for an op that reads bf16. */
 bfp8_status model_linear_backward(model_linear *l, const model_linear_scratch *s, const float *dy,
                                   int64_t tokens, float *dx, int accumulate);
+
+/* SwiGLU fused with the quantizer of the layer after it (fp8-blockwise, hidden a multiple of 128): 1 when
+ * the model's MLP runs its SwiGLU through the two calls below instead of the SwiGLU ops and bf16 hand-offs. */
+int model_linear_fuses_swiglu(const model_linear *down);
+/* The down layer's forward from gate_up (tokens x 2 hidden, bf16): y = SwiGLU(gate_up) W^T (+ residual), the
+ * SwiGLU quantized as it is made (bfp8_swiglu_quantize_1x128). */
+bfp8_status model_linear_forward_swiglu(model_linear *down, const model_linear_scratch *s, const uint16_t *gate_up,
+                                        int64_t tokens, float *y, const float *residual);
+/* The gate-and-up layer's backward from dout (the down layer's dx, bf16) and gate_up: its dy, SwiGLU's
+ * gradient, quantized as it is made (bfp8_swiglu_backward_quantize_1x128); dx left in s->in_bf16 (bf16). */
+bfp8_status model_linear_backward_swiglu(model_linear *gate_up_layer, const model_linear_scratch *s,
+                                         const uint16_t *dout, const uint16_t *gate_up, int64_t tokens,
+                                         int accumulate);
 
 #endif /* BFP8_MODEL_LINEAR_H */

@@ -7,14 +7,7 @@
 #include <math.h>
 
 #include "formats/formats.h"
-
-/* silu(g) * u, and the gradients of g and u from d (the same expressions on both precisions). */
-static inline float swiglu_value(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-static inline void swiglu_grads(float g, float u, float d, float *dg, float *du) {
-    const float sig = 1.0f / (1.0f + expf(-g));
-    *du = d * (g * sig);
-    *dg = d * u * sig * (1.0f + g * (1.0f - sig));
-}
+#include "nn/swiglu_math.h"
 
 void swiglu_forward(model_ops_ctx *oc, float *out, const float *gate_up, int64_t tokens, int64_t hidden) {
     (void)oc;
@@ -22,7 +15,7 @@ void swiglu_forward(model_ops_ctx *oc, float *out, const float *gate_up, int64_t
     for (int64_t t = 0; t < tokens; ++t) {
         const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         float *o = out + t * hidden;
-        for (int64_t i = 0; i < hidden; ++i) o[i] = swiglu_value(gate[i], up[i]);
+        for (int64_t i = 0; i < hidden; ++i) o[i] = bfp8_swiglu_value(gate[i], up[i]);
     }
 }
 
@@ -34,7 +27,7 @@ void swiglu_backward(model_ops_ctx *oc, float *dgate_up, const float *dout, cons
         const float *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         const float *d = dout + t * hidden;
         float *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
-        for (int64_t i = 0; i < hidden; ++i) swiglu_grads(gate[i], up[i], d[i], &dgate[i], &dup[i]);
+        for (int64_t i = 0; i < hidden; ++i) bfp8_swiglu_grads(gate[i], up[i], d[i], &dgate[i], &dup[i]);
     }
 }
 
@@ -45,7 +38,7 @@ void swiglu_forward_bf16(model_ops_ctx *oc, uint16_t *out, const uint16_t *gate_
         const uint16_t *gate = gate_up + t * 2 * hidden, *up = gate + hidden;
         uint16_t *o = out + t * hidden;
         for (int64_t i = 0; i < hidden; ++i) {
-            o[i] = bfp8_encode_bf16(swiglu_value(bfp8_decode_bf16(gate[i]), bfp8_decode_bf16(up[i])));
+            o[i] = bfp8_encode_bf16(bfp8_swiglu_value(bfp8_decode_bf16(gate[i]), bfp8_decode_bf16(up[i])));
         }
     }
 }
@@ -59,7 +52,7 @@ void swiglu_backward_bf16(model_ops_ctx *oc, uint16_t *dgate_up, const uint16_t 
         uint16_t *dgate = dgate_up + t * 2 * hidden, *dup = dgate + hidden;
         for (int64_t i = 0; i < hidden; ++i) {
             float dg, du;
-            swiglu_grads(bfp8_decode_bf16(gate[i]), bfp8_decode_bf16(up[i]), bfp8_decode_bf16(d[i]), &dg, &du);
+            bfp8_swiglu_grads(bfp8_decode_bf16(gate[i]), bfp8_decode_bf16(up[i]), bfp8_decode_bf16(d[i]), &dg, &du);
             dgate[i] = bfp8_encode_bf16(dg);
             dup[i] = bfp8_encode_bf16(du);
         }

@@ -343,3 +343,88 @@ bfp8_status bfp8_linear_backward_f32(bfp8_linear *lin, const float *dy, float *d
 bfp8_status bfp8_linear_backward_f32_dy(bfp8_linear *lin, const float *dy, uint16_t *dx, float *dw, int accumulate) {
     return linear_backward(lin, dy, BFP8_F32, dx, BFP8_BF16, dw, accumulate, "bfp8_linear_backward_f32_dy");
 }
+
+/* ------------------------------------------------------------------------ */
+/* Inputs quantized by the caller (internal.h)                               */
+
+/* The fp8-blockwise recipe and a token count the layer takes. */
+static bfp8_status check_prequantized(const bfp8_linear *lin, int64_t tokens, const char *fn) {
+    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
+    BFP8_TRY(check_ready(lin, fn));
+    if (!has_fp8_wgrad(lin))
+        return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: an input quantized by the caller needs the fp8-blockwise recipe",
+                         fn);
+    if (tokens < 1 || tokens > lin->cfg.max_tokens)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: tokens %lld, expected 1..max_tokens (%lld)", fn, (long long)tokens,
+                         (long long)lin->cfg.max_tokens);
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_linear_input_views(bfp8_linear *lin, int64_t tokens, bfp8_qmatrix *x_q, bfp8_qmatrix *xt_q,
+                                    bfp8_quantize_options *options) {
+    BFP8_TRY(check_prequantized(lin, tokens, "bfp8_linear_input_views"));
+    const int64_t k = lin->cfg.in_features;
+    const qbuffer x_buffer = scratch_operand(lin, 0, lin->x_q_scales);
+    *x_q = view(&x_buffer, tokens, k, BFP8_GRAN_1X128);
+    *xt_q = view(&lin->xt_q, k, tokens, BFP8_GRAN_1X128);
+    *options = options_for(lin, BFP8_LINEAR_FLAG_X);
+    lin->tokens = 0; /* until the forward */
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_linear_forward_quantized(bfp8_linear *lin, int64_t tokens, void *y, bfp8_dtype y_dtype) {
+    static const char fn[] = "bfp8_linear_forward_quantized";
+    BFP8_TRY(check_prequantized(lin, tokens, fn));
+    BFP8_TRY(check_activation_pointer(lin, y, y_dtype, "bfp8_linear_forward_quantized: y"));
+    const int64_t n = lin->cfg.out_features, k = lin->cfg.in_features;
+    const qbuffer x_buffer = scratch_operand(lin, 0, lin->x_q_scales);
+    const bfp8_qmatrix x_q = view(&x_buffer, tokens, k, BFP8_GRAN_1X128);
+    const bfp8_qmatrix w_q = view(&lin->w_q, n, k, BFP8_GRAN_128X128);
+    bfp8_matrix ym = {y, y_dtype, tokens, n, n};
+    BFP8_TRY(bfp8_gemm_1d2d(lin->ctx, &x_q, &w_q, &ym));
+    lin->x_saved = NULL;
+    lin->tokens = tokens;
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_linear_dy_views(bfp8_linear *lin, bfp8_qmatrix *dy_q, bfp8_qmatrix *dyt_q,
+                                 bfp8_quantize_options *options) {
+    static const char fn[] = "bfp8_linear_dy_views";
+    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
+    if (lin->tokens == 0)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no forward to differentiate", fn);
+    BFP8_TRY(check_prequantized(lin, lin->tokens, fn));
+    const int64_t m = lin->tokens, n = lin->cfg.out_features;
+    const qbuffer dy_buffer = scratch_operand(lin, 0, lin->dy_q_scales);
+    const qbuffer dyt_buffer = scratch_operand(lin, lin->dyt_q_data, lin->dyt_q_scales);
+    *dy_q = view(&dy_buffer, m, n, BFP8_GRAN_1X128);
+    *dyt_q = view(&dyt_buffer, n, m, BFP8_GRAN_1X128);
+    *options = options_for(lin, BFP8_LINEAR_FLAG_DY);
+    return BFP8_OK;
+}
+
+bfp8_status bfp8_linear_backward_quantized(bfp8_linear *lin, void *dx, bfp8_dtype dx_dtype, float *dw,
+                                           int accumulate) {
+    static const char fn[] = "bfp8_linear_backward_quantized";
+    if (!lin) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: lin is NULL", fn);
+    if (lin->tokens == 0)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: no forward to differentiate", fn);
+    BFP8_TRY(check_prequantized(lin, lin->tokens, fn));
+    if (accumulate != 0 && accumulate != 1)
+        return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: accumulate must be 0 or 1", fn);
+    if (dx) BFP8_TRY(check_activation_pointer(lin, dx, dx_dtype, "bfp8_linear_backward_quantized: dx"));
+    BFP8_TRY(check_activation_pointer(lin, dw, BFP8_F32, "bfp8_linear_backward_quantized: dw"));
+    const int64_t m = lin->tokens, n = lin->cfg.out_features, k = lin->cfg.in_features;
+    const qbuffer dy_buffer = scratch_operand(lin, 0, lin->dy_q_scales);
+    const qbuffer dyt_buffer = scratch_operand(lin, lin->dyt_q_data, lin->dyt_q_scales);
+    const bfp8_qmatrix dy_q = view(&dy_buffer, m, n, BFP8_GRAN_1X128);
+    const bfp8_qmatrix dyt_q = view(&dyt_buffer, n, m, BFP8_GRAN_1X128);
+    if (dx) {
+        const bfp8_qmatrix wt_q = view(&lin->wt_q, k, n, BFP8_GRAN_128X128);
+        bfp8_matrix dxm = {dx, dx_dtype, m, k, k};
+        BFP8_TRY(bfp8_gemm_1d2d(lin->ctx, &dy_q, &wt_q, &dxm));
+    }
+    const bfp8_qmatrix xt_q = view(&lin->xt_q, k, m, BFP8_GRAN_1X128);
+    bfp8_matrix dwm = {dw, BFP8_F32, n, k, k};
+    return bfp8_gemm_1d1d(lin->ctx, &dyt_q, &xt_q, accumulate ? &dwm : NULL, &dwm);
+}

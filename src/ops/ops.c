@@ -29,7 +29,7 @@ static bfp8_status check_shape(const char *what, int64_t rows, int64_t cols, int
     return BFP8_OK;
 }
 
-static bfp8_status check_quantize_options(const bfp8_context *ctx, const bfp8_quantize_options *o,
+bfp8_status bfp8_check_quantize_options(const bfp8_context *ctx, const bfp8_quantize_options *o,
                                           const char *fn) {
     if (!o) return BFP8_OK;
     if (o->pow2_scales != 0 && o->pow2_scales != 1)
@@ -62,7 +62,7 @@ bfp8_status bfp8_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qm
         BFP8_TRY(check_shape("bfp8_quantize_1x128: out_cols", out_cols->rows, out_cols->cols,
                              x->cols, x->rows));
     }
-    BFP8_TRY(check_quantize_options(ctx, options, fn));
+    BFP8_TRY(bfp8_check_quantize_options(ctx, options, fn));
     return is_cuda(ctx) ? bfp8_cuda_quantize_1x128(ctx, x, out_rows, out_cols, options)
                         : bfp8_cpu_quantize_1x128(ctx, x, out_rows, out_cols, options);
 }
@@ -80,7 +80,7 @@ bfp8_status bfp8_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_
         BFP8_TRY(check_shape("bfp8_quantize_128x128: out_t", out_t->rows, out_t->cols, x->cols,
                              x->rows));
     }
-    BFP8_TRY(check_quantize_options(ctx, options, fn));
+    BFP8_TRY(bfp8_check_quantize_options(ctx, options, fn));
     return is_cuda(ctx) ? bfp8_cuda_quantize_128x128(ctx, x, out, out_t, options)
                         : bfp8_cpu_quantize_128x128(ctx, x, out, out_t, options);
 }

@@ -47,6 +47,7 @@ typedef struct run_state {
     bfp8_recipe recipe;
     run_dir dir;
     bfp8_context *ctx;
+    size_t device_bytes_before; /* the GPU's memory in use before the model (CUDA) */
     bpe_tokenizer tok;
     token_dataset data;
     model *m;
@@ -311,6 +312,10 @@ int train_run(train_options *o) {
         report_failure(&r, "%s", bfp8_last_error());
         goto done;
     }
+    if (on_gpu && bfp8_device_memory_in_use(r.ctx, &r.device_bytes_before) != BFP8_OK) {
+        report_failure(&r, "%s", bfp8_last_error());
+        goto done;
+    }
     model_config config = r.preset->config;
     config.vocab_size = r.tok.vocab_size;
     if (o->resume) {
@@ -408,7 +413,7 @@ int train_run(train_options *o) {
     char ranks[32] = "";
     if (r.data_parallel) snprintf(ranks, sizeof ranks, " x %d ranks", r.world);
     printf("run: %lld steps x %lld x %lld tokens x %lld accum%s, lr %.2g (warmup %lld, cosine to "
-           "%.2g), wd %.2g, clip %.2g, seed %lld; memory %.0f MB; checkpoints %s\n",
+           "%.2g), wd %.2g, clip %.2g, seed %lld; model arenas %.0f MB; checkpoints %s\n",
            (long long)o->steps, (long long)o->batch, (long long)o->seq, (long long)o->grad_accum, ranks,
            o->lr, (long long)o->warmup, o->min_lr, o->weight_decay, o->clip, (long long)o->seed,
            (double)(model_param_arena_bytes(r.m) + model_activation_arena_bytes(r.m) +
@@ -548,6 +553,10 @@ static int train_loop(run_state *r, int64_t start_step) {
         printf("done: %lld steps in %.1f s, %.0f tokens/s, final train loss %.4f; checkpoint %s\n",
                (long long)steps_timed, train_seconds,
                (double)(tokens_per_step * steps_timed) / train_seconds, last_loss, r->checkpoint_path);
+    size_t device_bytes = 0; /* what the run holds on the GPU: everything since the context, workspaces included */
+    if (bfp8_context_backend(r->ctx) == BFP8_BACKEND_CUDA &&
+        bfp8_device_memory_in_use(r->ctx, &device_bytes) == BFP8_OK)
+        printf("device memory: %.0f MB in use by the run\n", (double)(device_bytes - r->device_bytes_before) / 1e6);
     if (o->profile && r->rank == 0 && model_profile_print(&m->oc, stdout) != BFP8_OK)
         return report_failure(r, "profile: %s", bfp8_last_error());
     if (o->sample_tokens > 0 && r->rank == 0) {

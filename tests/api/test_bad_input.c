@@ -496,6 +496,9 @@ static void test_misc(void) {
     EXPECT_FAIL(bfp8_context_set_stream(ctx, buf), BFP8_ERR_UNSUPPORTED, "bfp8_context_set_stream");
     EXPECT_FAIL(bfp8_context_set_stream(NULL, NULL), BFP8_ERR_NULL_POINTER, "bfp8_context_set_stream");
     EXPECT_FAIL(bfp8_context_synchronize(NULL), BFP8_ERR_NULL_POINTER, "bfp8_context_synchronize");
+    size_t in_use = 0;
+    EXPECT_FAIL(bfp8_device_memory_in_use(ctx, &in_use), BFP8_ERR_UNSUPPORTED, "bfp8_device_memory_in_use");
+    EXPECT_FAIL(bfp8_device_memory_in_use(ctx, NULL), BFP8_ERR_NULL_POINTER, "bfp8_device_memory_in_use");
     int *option = arena_alloc(sizeof *option);
     EXPECT_FAIL(bfp8_context_set_option(NULL, BFP8_OPTION_QUANTIZE_PDL, 0), BFP8_ERR_NULL_POINTER,
                 "bfp8_context_set_option");

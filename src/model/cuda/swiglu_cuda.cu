@@ -6,6 +6,7 @@
 
 #include "model/cuda/model_kernels.cuh"
 #include "model/model_ops.h"
+#include "nn/swiglu_math.h"
 
 using namespace bfp8_model_cuda;
 
@@ -25,7 +26,7 @@ __global__ void swiglu_forward_kernel(Out *__restrict__ out, const In *__restric
             const floats<V> g = load<V>(gate + j * V), u = load<V>(up + j * V);
             floats<V> o;
 #pragma unroll
-            for (int e = 0; e < V; ++e) o.v[e] = g.v[e] / (1.0f + expf(-g.v[e])) * u.v[e];
+            for (int e = 0; e < V; ++e) o.v[e] = bfp8_swiglu_value(g.v[e], u.v[e]);
             store<V>(out + t * hidden + j * V, o);
         }
     }
@@ -44,11 +45,7 @@ __global__ void swiglu_backward_kernel(Out *__restrict__ dgate_up, const In *__r
                             d = load<V>(dout + t * hidden + j * V);
             floats<V> dg, du;
 #pragma unroll
-            for (int e = 0; e < V; ++e) {
-                const float sig = 1.0f / (1.0f + expf(-g.v[e]));
-                du.v[e] = d.v[e] * (g.v[e] * sig);
-                dg.v[e] = d.v[e] * u.v[e] * sig * (1.0f + g.v[e] * (1.0f - sig));
-            }
+            for (int e = 0; e < V; ++e) bfp8_swiglu_grads(g.v[e], u.v[e], d.v[e], &dg.v[e], &du.v[e]);
             store<V>(dup + j * V, du);
             store<V>(dgate + j * V, dg);
         }
