@@ -15,7 +15,8 @@
 # minutes on an H200: (a), (b), the grid's small corner timed with the default
 # routing (its JSON under <out-dir>) and again with small=0 (the tensor-core
 # kernels: the A/B of every routed cell), the 1D2D K = 7168 corner, small=1
-# where the routing does not take it yet (1D2D M = 1 and 16, short K), and (d).
+# where the routing does not take it yet (1D2D M = 1 and 16 with a short K;
+# 1D1D over 512 and 4096 tokens, more k-blocks a warp), and (d).
 # Exit code: 0 when every step passed, else 1 (the summary says which).
 set -u
 
@@ -92,6 +93,8 @@ step bench_grid_1d2d_k7168 40 "$build/bench/gemm/bench_gemm_grid" --kinds 1d2d-b
     --nk 256,1024,7168 --graph-us 300 --reps 5 --json "$out/grid_1d2d_k7168.json"
 step bench_grid_1d2d_small_forced 25 env BFP8_GEMM_CONFIG=small=1 "$build/bench/gemm/bench_gemm_grid" \
     --kinds 1d2d-bf16 --m 1,16 --nk 256,1024 --graph-us 300 --reps 5
+step bench_grid_1d1d_small_forced 25 env BFP8_GEMM_CONFIG=small=1 "$build/bench/gemm/bench_gemm_grid" \
+    --kinds 1d1d --m 512,4096 --nk 256,1024 --graph-us 300 --reps 5
 step bench_gemm_targets 40 "$build/bench/gemm/bench_gemm" --json "$out/targets.json"
 fi
 
