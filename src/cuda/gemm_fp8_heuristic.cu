@@ -208,12 +208,13 @@ bool small_1d2d_applies(const bfp8_context *ctx, int m, int64_t k) {
 
 /* 1D1D, an n x k output over `tokens`:
  *  - up to 16 tokens (one k-block): bound by reading C and writing D. The
- *    grid's M = 1 and 8 rows: 5-8 us for N, K <= 1024 where cuBLAS bf16 took
- *    2.4-5 (a CUDA-core kernel; the tensor-core one is slower there);
+ *    grid's M = 1 and 8 rows, N, K <= 1024: 5.3-6.9 us (a CUDA-core kernel)
+ *    where cuBLAS bf16 took 2.4-5.0;
  *  - a small output, each warp keeping at most SMALL_1D1D_MAX_WARP_K_BLOCKS
  *    k-blocks after the split: the tensor-core kernel runs a few tiles with a
- *    serial K loop there (the grid's M = 64..4096 x N, K = 256..1024:
- *    4.8-12.5 us against 2.5-6.9 for cuBLASLt). */
+ *    serial K loop there (the grid's M = 64 and 512 x N, K = 256..1024:
+ *    4.8-6.7 us against 2.5-5.0 for cuBLASLt). M = 4096 over those outputs
+ *    (4 or more k-blocks a warp) keeps the tensor-core kernel. */
 constexpr int SMALL_1D1D_FEW_TOKENS = 16;
 constexpr int SMALL_1D1D_MAX_WARP_K_BLOCKS = 2;
 bool small_1d1d_applies(const bfp8_context *ctx, int n, int k, int tokens) {
