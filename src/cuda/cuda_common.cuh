@@ -23,8 +23,23 @@
 /* After a launch: a bad configuration shows up here, not at the next call. */
 #define BFP8_CUDA_CHECK_LAUNCH() BFP8_CUDA_TRY(cudaGetLastError())
 
+/* The FP8 GEMMs' tuning environment (BFP8_GEMM_CONFIG, BFP8_GEMM_TRACE; see
+ * gemm_fp8_heuristic.cu), read once when the context is created, so that a
+ * GEMM call reads no environment variable. -1: not given. */
+struct bfp8_gemm_tuning {
+    int given;        /* BFP8_GEMM_CONFIG is set (not empty) */
+    int bm, bn;       /* bm=, bn= */
+    int direct_store; /* store=direct */
+    int split;        /* split= (0 when not given: the heuristic's choice) */
+    int group_m;      /* gm= (0 when not given) */
+    int small;        /* small=0 / small=1, -1 when not given */
+    int trace;        /* BFP8_GEMM_TRACE set */
+};
+void bfp8_gemm_read_tuning(struct bfp8_gemm_tuning *t);
+
 /* What a CUDA context keeps (ctx->cuda_state). */
 struct bfp8_cuda_state {
+    struct bfp8_gemm_tuning gemm_tuning;
     cudaDeviceProp props;
     int num_sms;
     void *cublaslt;            /* cublasLtHandle_t, created on first use */

@@ -39,10 +39,10 @@ bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
                                 const bfp8_matrix *c, bfp8_matrix *d) {
     Params p;
     BFP8_TRY(prepare("bfp8_gemm_1d1d", a, b, c, d, a->rows, b->rows, &p));
-    if (small_1d1d_applies(p.k)) return launch_small_1d1d(ctx, a, b, p);
+    if (small_1d1d_applies(ctx, p.m, p.n, p.k)) return launch_small_1d1d(ctx, a, b, p);
     const int slots[] = {candidate_slots<0>(ctx), candidate_slots<1>(ctx), candidate_slots<2>(ctx),
                          candidate_slots<3>(ctx)};
-    const Config cfg = choose_config(true, p.m, p.n, p.num_k_blocks, slots);
+    const Config cfg = choose_config(tuning_of(ctx), true, p.m, p.n, p.num_k_blocks, slots);
     switch (output_path(true, cfg, p)) {
     case TMA_F32: return launch_tile<TMA_F32>(cfg, ctx, a, b, p);
     case TMA_F32_ADD: return launch_tile<TMA_F32_ADD>(cfg, ctx, a, b, p);
@@ -60,7 +60,7 @@ bfp8_status bfp8_cuda_gemm_1d1d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
     p.group_n = p.m;
     BFP8_TRY(make_group_table(ctx, group_offsets, num_groups, a->cols, offsets_on_backend, false, 0,
                               &p.group_table));
-    const Config cfg = grouped_config();
+    const Config cfg = grouped_config(tuning_of(ctx));
     switch (output_path(true, cfg, p)) {
     case TMA_F32: return launch_grouped<true, 192, 128, TMA_F32>(cfg, ctx, a, b, p, num_groups);
     case TMA_F32_ADD: return launch_grouped<true, 192, 128, TMA_F32_ADD>(cfg, ctx, a, b, p, num_groups);

@@ -46,9 +46,9 @@ bfp8_status launch_grouped_tile(const Config &c, const bfp8_context *ctx, const 
 bfp8_status bfp8_cuda_gemm_1d2d(bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b, bfp8_matrix *d) {
     Params p;
     BFP8_TRY(prepare("bfp8_gemm_1d2d", a, b, nullptr, d, a->rows, b->rows, &p));
-    if (small_1d2d_applies(p.m, p.k)) return launch_small_1d2d(ctx, a, b, p);
+    if (small_1d2d_applies(ctx, p.m, p.k)) return launch_small_1d2d(ctx, a, b, p);
     const int slots[] = {candidate_slots<0>(ctx), candidate_slots<1>(ctx), candidate_slots<2>(ctx)};
-    const Config c = choose_config(false, p.m, p.n, p.num_k_blocks, slots);
+    const Config c = choose_config(tuning_of(ctx), false, p.m, p.n, p.num_k_blocks, slots);
     switch (output_path(false, c, p)) {
     case TMA_BF16: return launch_tile<TMA_BF16>(c, ctx, a, b, p);
     case TMA_F32: return launch_tile<TMA_F32>(c, ctx, a, b, p);
@@ -67,13 +67,13 @@ bfp8_status bfp8_cuda_gemm_1d2d_grouped(bfp8_context *ctx, const bfp8_qmatrix *a
     BFP8_TRY(prepare("bfp8_gemm_1d2d_grouped", a, b, nullptr, d, rows, d->cols, &p));
     if (rows == 0) return BFP8_OK; /* no tokens: nothing to write */
     p.group_n = p.n;
-    Config c = grouped_config();
+    Config c = grouped_config(tuning_of(ctx));
     const int slots[] = {grouped_slots<0>(ctx), grouped_slots<1>(ctx), grouped_slots<2>(ctx)};
     if (offsets_on_backend) { /* 128-row tiles: the groups' sizes are not known here */
         const int64_t one_group[2] = {0, rows};
-        grouped_1d2d_tile(one_group, 1, p.n, true, slots, &c);
+        grouped_1d2d_tile(tuning_of(ctx), one_group, 1, p.n, true, slots, &c);
     } else {
-        grouped_1d2d_tile(group_offsets, num_groups, p.n, false, slots, &c);
+        grouped_1d2d_tile(tuning_of(ctx), group_offsets, num_groups, p.n, false, slots, &c);
     }
     const int64_t m_tiles = offsets_on_backend ? rows / 128 : grouped_m_tiles(group_offsets, num_groups, c.bm);
     BFP8_TRY(make_group_table(ctx, group_offsets, num_groups, a->rows, offsets_on_backend, true, c.bm,

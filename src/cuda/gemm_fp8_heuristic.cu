@@ -4,7 +4,9 @@
  * the output path; deterministic, from the shape and how many CTAs of each
  * kernel are resident at once.
  *
- * Environment (for benchmarking and debugging):
+ * Environment (for benchmarking and debugging), read once when a CUDA
+ * context is created (bfp8_gemm_read_tuning): a GEMM call reads none, and a
+ * change takes effect for the contexts created after it.
  *   BFP8_GEMM_CONFIG="bm=192,bn=128"  force a tile (bm 128 unless given) among
  *                                     the candidates; "store=direct": outputs
  *                                     stored from registers, not by TMA;
@@ -12,9 +14,9 @@
  *                                     k-slices (1: never split; the default
  *                                     chooses); "gm=G": tiles rasterized in
  *                                     groups of G tile rows; "small=0": never
- *                                     the kernels of few rows / tokens
- *                                     (gemm_fp8_small.cu), "small=1": 1D1D's
- *                                     over any number of tokens
+ *                                     the kernel of few rows / tokens / small
+ *                                     outputs (gemm_fp8_small.cu), "small=1":
+ *                                     it wherever it can run (1D2D: M <= 16)
  *   BFP8_GEMM_TRACE=1                 print the configuration of each call
  */
 #include <math.h>
@@ -23,14 +25,39 @@
 
 #include "cuda/gemm_fp8_host.h"
 
-namespace bfp8_gemm {
-
 namespace {
 
 const char *env_or_null(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : nullptr;
 }
+
+/* the number after `key` in `config`, or `absent` */
+int option(const char *config, const char *key, int absent) {
+    const char *at = strstr(config, key);
+    return at ? atoi(at + strlen(key)) : absent;
+}
+
+} /* namespace */
+
+void bfp8_gemm_read_tuning(bfp8_gemm_tuning *t) {
+    *t = bfp8_gemm_tuning{0, -1, -1, 0, 0, 0, -1, 0};
+    t->trace = env_or_null("BFP8_GEMM_TRACE") != nullptr;
+    const char *config = env_or_null("BFP8_GEMM_CONFIG");
+    if (!config) return;
+    t->given = 1;
+    t->bm = option(config, "bm=", -1);
+    t->bn = option(config, "bn=", -1);
+    t->direct_store = strstr(config, "store=direct") != nullptr;
+    t->split = option(config, "split=", 0);
+    t->group_m = option(config, "gm=", 0);
+    const char *small = strstr(config, "small=");
+    t->small = small ? (small[6] == '1' ? 1 : 0) : -1;
+}
+
+namespace bfp8_gemm {
+
+namespace {
 
 /* The cost of one k-slice's exchange (its partial tile stored, or one
  * partial read and added by slice 0), in k-blocks of main-loop time: a
@@ -48,8 +75,6 @@ constexpr double SCALE_OPERAND_COST = 5.0;
 } /* namespace */
 
 const char *const TMA_OUT_NAMES[4] = {"registers", "tma-bf16", "tma-f32", "tma-f32-add"};
-
-bool trace_enabled() { return env_or_null("BFP8_GEMM_TRACE") != nullptr; }
 
 /* The tiles of a partial last wave are split into the number of k-slices (at
  * most slots / tail of them, so they all run at once) that minimises the
@@ -83,7 +108,8 @@ SplitPlan plan_split(int64_t tiles, int slots, int num_k_blocks, int requested) 
  * two accumulators in flight, measured slower than the single-CTA tile of
  * the same shape and cannot split their last wave: this model never chose
  * them, so they are not built. */
-Config choose_config(bool b_1x128, int m, int n, int num_k_blocks, const int *slots) {
+Config choose_config(const bfp8_gemm_tuning &tuning, bool b_1x128, int m, int n, int num_k_blocks,
+                     const int *slots) {
     const Candidate *list = b_1x128 ? CANDIDATES_1D1D : CANDIDATES_1D2D;
     const int count = b_1x128 ? NUM_CANDIDATES_1D1D : NUM_CANDIDATES_1D2D;
     Config best = {list[0].bm, list[0].bn, 0, 0, 0};
@@ -102,31 +128,26 @@ Config choose_config(bool b_1x128, int m, int n, int num_k_blocks, const int *sl
             best.bn = c.bn;
         }
     }
-    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
-        const char *bm = strstr(forced, "bm="), *bn = strstr(forced, "bn="), *split = strstr(forced, "split=");
-        if (bm || bn) { /* a tile; else the chosen one */
-            const int f_bm = bm ? atoi(bm + 3) : 128, f_bn = bn ? atoi(bn + 3) : best.bn;
+    if (tuning.given) {
+        if (tuning.bm >= 0 || tuning.bn >= 0) { /* a tile; else the chosen one */
+            const int f_bm = tuning.bm >= 0 ? tuning.bm : 128, f_bn = tuning.bn >= 0 ? tuning.bn : best.bn;
             for (int i = 0; i < count; ++i)
                 if (list[i].bm == f_bm && list[i].bn == f_bn && slots[i] > 0) {
                     best.bm = f_bm;
                     best.bn = f_bn;
                 }
         }
-        best.direct_store = strstr(forced, "store=direct") != nullptr;
-        best.split = split ? atoi(split + 6) : 0;
-        const char *gm = strstr(forced, "gm=");
-        best.group_m = gm ? atoi(gm + 3) : 0;
+        best.direct_store = tuning.direct_store;
+        best.split = tuning.split;
+        best.group_m = tuning.group_m;
     }
     return best;
 }
 
-Config grouped_config() {
+Config grouped_config(const bfp8_gemm_tuning &tuning) {
     Config c = {128, 128, 0, 1, 0};
-    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
-        const char *gm = strstr(forced, "gm=");
-        c.group_m = gm ? atoi(gm + 3) : 0;
-        c.direct_store = strstr(forced, "store=direct") != nullptr;
-    }
+    c.group_m = tuning.group_m;
+    c.direct_store = tuning.direct_store;
     return c;
 }
 
@@ -138,8 +159,8 @@ int64_t grouped_m_tiles(const int64_t *offsets, int num_groups, int bm) {
 
 /* (as choose_config; 192-row tiles end past a group whose rows are not a
  * multiple of 192: the rows computed there are not stored, and count) */
-void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, bool rows_128, const int *slots,
-                       Config *c) {
+void grouped_1d2d_tile(const bfp8_gemm_tuning &tuning, const int64_t *offsets, int num_groups, int64_t n,
+                       bool rows_128, const int *slots, Config *c) {
     double best = INFINITY;
     for (int i = 0; i < NUM_CANDIDATES_1D2D; ++i) {
         const Candidate &o = CANDIDATES_1D2D[i];
@@ -152,11 +173,9 @@ void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, bool r
             c->bn = o.bn;
         }
     }
-    if (const char *forced = env_or_null("BFP8_GEMM_CONFIG")) {
-        if (strstr(forced, "bm=192") && !rows_128) c->bm = 192, c->bn = 128;
-        else if (strstr(forced, "bn=192")) c->bm = 128, c->bn = 192;
-        else if (strstr(forced, "bn=128")) c->bm = 128, c->bn = 128;
-    }
+    if (tuning.bm == 192 && !rows_128) c->bm = 192, c->bn = 128;
+    else if (tuning.bn == 192) c->bm = 128, c->bn = 192;
+    else if (tuning.bn == 128) c->bm = 128, c->bn = 128;
 }
 
 /* A 1D2D GEMM walks groups of slots / 6 tile rows (22 with 132 resident
@@ -169,6 +188,40 @@ void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, bool r
 int default_group_m(bool b_1x128, int num_tile_rows, int slots) {
     if (b_1x128) return 16;
     return max(1, min(num_tile_rows, slots / 6));
+}
+
+/* The small kernel (gemm_fp8_small.cu): which shapes it runs, and the cells
+ * of the H200 grid (bench/results/2026-12-03_gemm_grid_h200.txt, CUDA graphs
+ * of calls) behind each entry.
+ *
+ * 1D2D, M <= 16: the tensor-core kernel's one row of tiles (at least 128
+ * rows, 1/8 of them used) streams B on few SMs. A few-rows kernel measured
+ * ahead of it for M <= 8 with K >= 4096 (up to 1.7x cuBLASLt) and for M = 1
+ * with K >= 1024, and behind it with a short K (M = 16, K = 256: 7.4 us
+ * against 3.2 for cuBLASLt): those cells take the small kernel. */
+bool small_1d2d_applies(const bfp8_context *ctx, int m, int64_t k) {
+    if (m > SMALL_1D2D_MAX_M) return false;
+    const int forced = tuning_of(ctx).small;
+    if (forced != -1) return forced == 1;
+    return (m <= 8 && k >= 4096) || (m == 1 && k >= 1024);
+}
+
+/* 1D1D, an n x k output over `tokens`:
+ *  - up to 16 tokens (one k-block): bound by reading C and writing D. The
+ *    grid's M = 1 and 8 rows, N, K <= 1024: 5.3-6.9 us (a CUDA-core kernel)
+ *    where cuBLAS bf16 took 2.4-5.0;
+ *  - a small output, each warp keeping at most SMALL_1D1D_MAX_WARP_K_BLOCKS
+ *    k-blocks after the split: the tensor-core kernel runs a few tiles with a
+ *    serial K loop there (the grid's M = 64 and 512 x N, K = 256..1024:
+ *    4.8-6.7 us against 2.5-5.0 for cuBLASLt). M = 4096 over those outputs
+ *    (4 or more k-blocks a warp) keeps the tensor-core kernel. */
+constexpr int SMALL_1D1D_FEW_TOKENS = 16;
+constexpr int SMALL_1D1D_MAX_WARP_K_BLOCKS = 2;
+bool small_1d1d_applies(const bfp8_context *ctx, int n, int k, int tokens) {
+    const int forced = tuning_of(ctx).small;
+    if (forced != -1) return forced == 1;
+    return tokens <= SMALL_1D1D_FEW_TOKENS ||
+           small_1d1d_k_blocks_per_warp(ctx, n, k, tokens) <= SMALL_1D1D_MAX_WARP_K_BLOCKS;
 }
 
 /* Through shared memory and the TMA unit where it can address D (16-byte

@@ -44,19 +44,20 @@ constexpr int NUM_CANDIDATES_1D1D = (int)(sizeof CANDIDATES_1D1D / sizeof CANDID
 
 /* The configuration with the least estimated time for an m x n output over
  * num_k_blocks, given how many CTAs of each candidate are resident at once
- * (slots, one per candidate; 0: the kernel does not fit), unless
- * BFP8_GEMM_CONFIG forces one (see gemm_fp8_heuristic.cu). */
-Config choose_config(bool b_1x128, int m, int n, int num_k_blocks, const int *slots);
+ * (slots, one per candidate; 0: the kernel does not fit), unless the
+ * context's BFP8_GEMM_CONFIG forces one (see gemm_fp8_heuristic.cu). */
+Config choose_config(const bfp8_gemm_tuning &tuning, bool b_1x128, int m, int n, int num_k_blocks,
+                     const int *slots);
 
 /* The options of BFP8_GEMM_CONFIG that a grouped GEMM honours: gm=, store=direct. */
-Config grouped_config();
+Config grouped_config(const bfp8_gemm_tuning &tuning);
 
 /* The tile of a grouped 1D2D GEMM: 128 x 128, 128 x 192 or 192 x 128 (the
  * order of CANDIDATES_1D2D; slots of each grouped kernel), by the waves of
  * tiles each needs times its measured speed. rows_128: 128-row tiles only.
  * BFP8_GEMM_CONFIG's bm= / bn= force one. */
-void grouped_1d2d_tile(const int64_t *offsets, int num_groups, int64_t n, bool rows_128, const int *slots,
-                       Config *c);
+void grouped_1d2d_tile(const bfp8_gemm_tuning &tuning, const int64_t *offsets, int num_groups, int64_t n,
+                       bool rows_128, const int *slots, Config *c);
 
 /* m-tiles of a grouped 1D2D GEMM with `bm`-row tiles: each group's rows from its start. */
 int64_t grouped_m_tiles(const int64_t *offsets, int num_groups, int bm);
@@ -78,19 +79,23 @@ struct SplitPlan {
 SplitPlan plan_split(int64_t tiles, int slots, int num_k_blocks, int requested);
 
 /* Whether BFP8_GEMM_TRACE asks for each call's configuration on stderr. */
-bool trace_enabled();
+inline bool trace_enabled(const bfp8_context *ctx) { return bfp8_cuda_state_of(ctx)->gemm_tuning.trace != 0; }
+inline const bfp8_gemm_tuning &tuning_of(const bfp8_context *ctx) { return bfp8_cuda_state_of(ctx)->gemm_tuning; }
 extern const char *const TMA_OUT_NAMES[4];
 
 /* ------------------------------------------------------------------------ */
-/* Few rows or few tokens (gemm_fp8_small.cu)                                */
+/* Few rows, few tokens or small outputs (gemm_fp8_small.cu)                 */
 
-constexpr int SMALL_1D2D_MAX_M = 16;      /* 1D2D: rows of A */
-constexpr int SMALL_1D1D_MAX_TOKENS = 16; /* 1D1D: the contraction */
+constexpr int SMALL_1D2D_MAX_M = 16; /* 1D2D: rows of A */
 
-/* Whether the small kernel runs a 1D2D GEMM of m rows / a 1D1D GEMM over
- * `tokens` (BFP8_GEMM_CONFIG's small=0 turns them off, small=1 forces 1D1D's). */
-bool small_1d2d_applies(int m, int64_t k);
-bool small_1d1d_applies(int tokens);
+/* Whether the small kernel runs a 1D2D GEMM of m rows over k / a 1D1D GEMM
+ * of an n x k output over `tokens` (gemm_fp8_heuristic.cu's table; the
+ * context's BFP8_GEMM_CONFIG: small=0 turns it off, small=1 on wherever it
+ * can run). */
+bool small_1d2d_applies(const bfp8_context *ctx, int m, int64_t k);
+bool small_1d1d_applies(const bfp8_context *ctx, int n, int k, int tokens);
+/* 1D1D: the k-blocks each warp of the small kernel keeps after its split of the tokens. */
+int small_1d1d_k_blocks_per_warp(const bfp8_context *ctx, int n, int k, int tokens);
 
 /* The launches, with the entry point's Params (D: p.m x p.n over p.k). */
 bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
@@ -109,7 +114,7 @@ struct SplitWorkspace {
     float *partials;
 };
 SplitWorkspace split_workspace(const bfp8_context *ctx);
-/* Its size: counters, and floats of partials (the small 1D2D kernel's slices share it). */
+/* Its size: counters, and floats of partials. */
 int split_workspace_counters(const bfp8_context *ctx);
 int64_t split_workspace_floats(const bfp8_context *ctx);
 

@@ -217,7 +217,7 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
     p.split = plan.split;
     p.num_units = (int)(plan.whole + (tiles - plan.whole) * plan.split);
 
-    if (trace_enabled())
+    if (trace_enabled(ctx))
         fprintf(stderr,
                 "blockfp8 gemm %s: M=%d N=%d K=%d bm=%d bn=%d stages=%d (resident %d) out=%s tiles=%lld split=%d "
                 "of the last %lld gm=%d\n",
@@ -261,7 +261,7 @@ bfp8_status launch_grouped(const Config &c, const bfp8_context *ctx, const bfp8_
     if (units > INT32_MAX) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "grouped GEMM: more than 2^31 tiles");
     p.num_units = p.num_whole_tiles = (int)units;
     p.split = 1;
-    if (trace_enabled())
+    if (trace_enabled(ctx))
         fprintf(stderr, "blockfp8 gemm %s grouped: %d groups, M=%d N=%d K=%d bm=%d bn=%d stages=%d (resident %d) "
                 "out=%s units=%lld gm=%d\n", B_1X128 ? "1d1d" : "1d2d", num_groups, p.m, p.n, p.k, BM, BN, K::STAGES,
                 max_ctas, TMA_OUT_NAMES[TMA_OUT], (long long)units, p.group_m);

@@ -1,31 +1,32 @@
 /*
- * gemm_fp8_small.cu - the FP8 GEMMs of few rows or few tokens, where the
- * tensor-core kernels' tiles would leave most of the GPU idle and their
- * fixed cost (pipeline set-up, a scale operand) outweighs the work:
+ * gemm_fp8_small.cu - the FP8 GEMMs whose work is too small for the
+ * tensor-core kernels' tiles: 1D2D with a few rows (decode, tiny batches;
+ * memory-bound on the weight B) and 1D1D with a few tokens or a small output
+ * (wgrad of a small layer or batch). Both run one kernel that splits the
+ * contraction over many warps, so that one call issues all (or most) of its
+ * loads at once and its time is about one trip to memory, not a serial K
+ * loop on a few CTAs:
  *
- *   1D2D, M <= 16 rows of A (decode, tiny batches): memory-bound on B (the
- *        weight, N x K). Warps stream B once with 16-byte loads, B's rows
- *        as the 16-row side of mma.sync m16n8k32 (e4m3) and A's rows as its
- *        8-column side; each k-block's product is promoted into fp32 with
- *        its two scales. The grid spreads 64-row chunks of B over the SMs and
- *        splits K where there are few chunks; the last CTA of a chunk to
- *        finish adds the slices' partials in slice order (deterministic).
- *   1D1D, at most 32 tokens (wgrad of a tiny batch): D[N, K] = C + the sum
- *        of a few outer products, bound by writing D. fp32 FMAs on the CUDA
- *        cores from the fp8 codes staged as floats in shared memory, 4 x 4
- *        outputs per thread, promoted per 128-token block.
+ *   out[x, y] = sum_kb  sx[x, kb] * sy[y, kb] * P_kb[x, y]
  *
- * The numerics are the recipe's (RECIPE.md section 4): every 128-wide
- * k-block's product is promoted into fp32 with its scales; the fp8 products
- * themselves are exact in fp32.
+ *   1D2D: x = B's rows (N, 128 x 128 scales), y = A's rows (M <= 16), D[y, x]
+ *   1D1D: x = A's rows (D's rows), y = B's rows (D's columns), D[x, y] = C + out
+ *
+ * A warp computes 16 x-rows by 8 J y-rows over its k-blocks with mma.sync
+ * m16n8k32 (e4m3, fp32 accumulate), the x rows as the 16-row side: each lane
+ * loads 16 bytes of its rows per 64-byte half k-block straight from global
+ * memory (no shared-memory staging); every 128-wide k-block's product is
+ * promoted into fp32 with its two scales (RECIPE.md section 4: never more
+ * than one k-block inside the tensor core). The k-blocks of a warp's rows are
+ * split over the CTA's k-warps and over the CTAs of a thread-block cluster
+ * along K (up to 8 x 8 slices). The slices are summed in a fixed order: the
+ * CTA's k-warps through shared memory, then the cluster's CTAs through
+ * distributed shared memory, each CTA summing its share of the outputs over
+ * the cluster's ranks. Deterministic, no workspace, no memset, one launch.
  */
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "cuda/gemm_fp8_host.h"
 
@@ -33,41 +34,36 @@ namespace bfp8_gemm {
 
 namespace {
 
-/* ------------------------------------------------------------------------ */
-/* 1D2D with few rows                                                        */
+constexpr int SMALL_WARPS = 8;
+constexpr int SMALL_THREADS = 32 * SMALL_WARPS;
+constexpr int SMALL_MAX_CLUSTER = 8; /* the portable cluster size */
+constexpr int SMALL_MAX_SPLIT = SMALL_WARPS * SMALL_MAX_CLUSTER;
+constexpr int SMALL_1D1D_J = 2; /* 1D1D: 16 x 16 outputs per warp */
 
-constexpr int SMALL_1D2D_WARPS = 4;                             /* 16 rows of B each */
-constexpr int SMALL_1D2D_THREADS = 32 * SMALL_1D2D_WARPS;
-constexpr int SMALL_1D2D_CHUNK_ROWS = 16 * SMALL_1D2D_WARPS;    /* rows of B per CTA (half a scale block) */
-constexpr int SMALL_1D2D_MAX_SLICES = 16;
-/* The split's model, in k-blocks of one CTA's time: a CTA's fixed cost (its
- * first loads' latency), and what each slice adds (its partial, and its
- * share of the last CTA's sum). */
-constexpr double SMALL_1D2D_CTA_COST = 2.0;
-constexpr double SMALL_1D2D_SLICE_COST = 0.25;
-
-struct Small1d2dArgs {
-    const uint8_t *a, *b;
-    int64_t lda, ldb;
-    const float *a_scales, *b_scales; /* a: [kb * a_scale_ld + m]; b: [nb * b_scale_ld + kb] */
-    int64_t a_scale_ld, b_scale_ld;
+struct SmallArgs {
+    const uint8_t *x, *y; /* K-major rows */
+    int64_t ldx, ldy;
+    const float *x_scales, *y_scales; /* x: 1D2D [(row / 128) * ld + kb], 1D1D [kb * ld + row]; y: [kb * ld + row] */
+    int64_t x_scale_ld, y_scale_ld;
+    const float *c; /* 1D1D: C accumulated (may be d), or NULL */
+    int64_t ldc;
     void *d;
     int64_t ldd;
     int d_bf16;
-    int m, n, k, num_k_blocks;
-    int chunks;            /* 64-row chunks of B */
-    int slices;            /* k-slices per chunk (gridDim.y) */
-    int k_blocks_per_slice;
-    float *partials;       /* slices > 1: per chunk and slice, m x 64 floats */
-    unsigned *counters;    /* slices > 1: per chunk, slices done; back to 0 when summed */
+    int x_rows, y_rows, k, num_k_blocks;
+    int y_tiles;   /* tiles of 8 J y-rows (gridDim.x = x tiles * y_tiles) */
+    int row_warps; /* warps of a CTA along x (16 rows each); k_warps = 8 / row_warps along K */
+    int k_warps;
+    int cluster; /* CTAs of a cluster along K (gridDim.y) */
 };
 
 /* 16 bytes of a row from byte `col` on, the bytes at or past `limit` zero
- * (the row's padding is never read as data; whole chunks past it not at all). */
-__device__ __forceinline__ uint4 load_row_16(const uint8_t *row, int col, int limit, bool stream) {
+ * (the row's padding is never read as data; whole chunks past it not at all).
+ * STREAM: read once (B of 1D2D), not kept in L1. */
+template <bool STREAM> __device__ __forceinline__ uint4 load_row_16(const uint8_t *row, int col, int limit) {
     if (col >= limit) return make_uint4(0u, 0u, 0u, 0u);
     uint4 v;
-    if (stream)
+    if (STREAM)
         asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                      : "l"(row + col));
@@ -94,305 +90,167 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* One warp: 16 rows of B (g and g + 8, g = lane / 4) against MG groups of 8
- * rows of A (row 8 j + g), a k-block as two halves of 64 bytes; lane t = lane
- * % 4 loads bytes 16 t .. 16 t + 15 of each half. The four bytes at 16 t + 4 q
- * play the mma's k = 4 t (q = 0) and 16 + 4 t (q = 1) of one mma and the same
- * of a second one (q = 2, 3): A and B permuted alike, the sum is the same.
- * Thread's outputs: acc[j][e] for B row g + 8 (e / 2), A row 8 j + 2 t + e % 2. */
-template <int MG>
-__global__ void __launch_bounds__(SMALL_1D2D_THREADS) gemm_fp8_1d2d_small_kernel(const Small1d2dArgs p) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int chunk = blockIdx.x, slice = blockIdx.y;
-    const int warp_row = chunk * SMALL_1D2D_CHUNK_ROWS + warp * 16;
-    const int kb_begin = slice * p.k_blocks_per_slice;
-    const int kb_end = min(p.num_k_blocks, kb_begin + p.k_blocks_per_slice);
+/* Every thread of the cluster arrives, then waits: shared-memory writes before it are visible to the cluster. */
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
 
-    float acc[MG][4];
+/* The float at `local`'s place in the shared memory of the cluster's CTA `rank`. */
+__device__ __forceinline__ float ld_cluster_f32(const float *local, uint32_t rank) {
+    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(local);
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+/* One warp: x rows x0 + g and x0 + g + 8 (g = lane / 4) against J groups of 8
+ * y rows (y0 + 8 j + g), a k-block as two halves of 64 bytes; lane t = lane %
+ * 4 loads bytes 16 t .. 16 t + 15 of each half. The four bytes at 16 t + 4 q
+ * play the mma's k = 4 t (q = 0) and 16 + 4 t (q = 1) of one mma and the same
+ * of a second one (q = 2, 3): x and y permuted alike, the sum is the same.
+ * Thread's outputs: acc[j][e] for x row g + 8 (e / 2), y row 8 j + 2 t + e % 2.
+ * BATCH k-blocks' loads (and their scales) are in flight before their mma:
+ * two with J = 1, one with J = 2 (two of them spill under the register cap
+ * that keeps two CTAs on an SM). */
+template <bool WGRAD, int J>
+__global__ void __launch_bounds__(SMALL_THREADS, 2) gemm_fp8_small_kernel(const SmallArgs p) {
+    constexpr int TILE_Y = 8 * J, WARP_OUT = 16 * TILE_Y, BATCH = J == 1 ? 2 : 1;
+    __shared__ float part[SMALL_WARPS * WARP_OUT]; /* per warp: its 16 x TILE_Y partial, [x][y] */
+    __shared__ float total[SMALL_WARPS * WARP_OUT]; /* the CTA's sum (a cluster's CTAs read it) */
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int rw = warp % p.row_warps, kw = warp / p.row_warps;
+    const int x_cta = (int)(blockIdx.x / p.y_tiles) * 16 * p.row_warps;
+    const int y0 = (int)(blockIdx.x % p.y_tiles) * TILE_Y;
+    const int x0 = x_cta + 16 * rw;
+    const int splits = p.k_warps * p.cluster, slice = (int)blockIdx.y * p.k_warps + kw;
+    const int kb_begin = (int)((int64_t)slice * p.num_k_blocks / splits);
+    const int kb_end = (int)((int64_t)(slice + 1) * p.num_k_blocks / splits);
+
+    float acc[J][4];
 #pragma unroll
-    for (int j = 0; j < MG; ++j)
+    for (int j = 0; j < J; ++j)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    if (warp_row < p.n) {
-        const int rows_b[2] = {warp_row + g, warp_row + g + 8};
-        const uint8_t *b_row[2];
-        int b_limit[2];
+    if (x0 < p.x_rows) {
+        const uint8_t *x_row[2];
+        int x_limit[2];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            const bool ok = rows_b[r] < p.n;
-            b_row[r] = p.b + (int64_t)(ok ? rows_b[r] : 0) * p.ldb;
-            b_limit[r] = ok ? p.k : 0;
+            const bool ok = x0 + g + 8 * r < p.x_rows;
+            x_row[r] = p.x + (int64_t)(ok ? x0 + g + 8 * r : 0) * p.ldx;
+            x_limit[r] = ok ? p.k : 0;
         }
-        const uint8_t *a_row[MG];
-        int a_limit[MG];
+        const uint8_t *y_row[J];
+        int y_limit[J];
 #pragma unroll
-        for (int j = 0; j < MG; ++j) {
-            const bool ok = 8 * j + g < p.m;
-            a_row[j] = p.a + (int64_t)(ok ? 8 * j + g : 0) * p.lda;
-            a_limit[j] = ok ? p.k : 0;
+        for (int j = 0; j < J; ++j) {
+            const bool ok = y0 + 8 * j + g < p.y_rows;
+            y_row[j] = p.y + (int64_t)(ok ? y0 + 8 * j + g : 0) * p.ldy;
+            y_limit[j] = ok ? p.k : 0;
         }
-        const float *b_scales = p.b_scales + (int64_t)(warp_row / 128) * p.b_scale_ld;
-        /* two k-blocks' loads in flight before their mma */
-        for (int kb0 = kb_begin; kb0 < kb_end; kb0 += 2) {
-            uint4 wb[2][2][2], xa[2][2][MG]; /* [k-block][half][row] */
+        for (int kb0 = kb_begin; kb0 < kb_end; kb0 += BATCH) {
+            uint4 xv[BATCH][2][2], yv[BATCH][2][J]; /* [k-block][half][row] */
+            float sx[BATCH][2], sy[BATCH][J][2];    /* [k-block][x row r (1D2D: one)], [k-block][j][y row 2 t + i] */
 #pragma unroll
-            for (int u = 0; u < 2; ++u)
+            for (int u = 0; u < BATCH; ++u) {
+                const int kb = kb0 + u;
+                const int end = kb < kb_end ? 0x7fffffff : 0; /* (past the slice: nothing) */
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const int col = (kb0 + u) * 128 + 64 * h + 16 * t;
-                    const int end = kb0 + u < kb_end ? 0x7fffffff : 0; /* (past the slice: nothing) */
+                    const int col = kb * 128 + 64 * h + 16 * t;
 #pragma unroll
-                    for (int r = 0; r < 2; ++r) wb[u][h][r] = load_row_16(b_row[r], col, min(b_limit[r], end), true);
+                    for (int r = 0; r < 2; ++r) xv[u][h][r] = load_row_16<!WGRAD>(x_row[r], col, min(x_limit[r], end));
 #pragma unroll
-                    for (int j = 0; j < MG; ++j) xa[u][h][j] = load_row_16(a_row[j], col, min(a_limit[j], end), false);
+                    for (int j = 0; j < J; ++j) yv[u][h][j] = load_row_16<false>(y_row[j], col, min(y_limit[j], end));
+                }
+                /* (rows past the end: scale zero, whatever their slot holds) */
+                const bool in = kb < kb_end;
+                const float *x_scales = p.x_scales + (WGRAD ? (int64_t)kb * p.x_scale_ld : kb);
+                const float *y_scales = p.y_scales + (int64_t)kb * p.y_scale_ld;
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int row = x0 + g + 8 * r;
+                    if (WGRAD) sx[u][r] = in && row < p.x_rows ? __ldg(x_scales + row) : 0.0f;
+                    else sx[u][r] = in ? __ldg(x_scales + (int64_t)(x0 / 128) * p.x_scale_ld) : 0.0f;
                 }
 #pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const int kb = kb0 + u;
-                if (kb >= kb_end) break;
-                float blk[MG][4];
+                for (int j = 0; j < J; ++j)
 #pragma unroll
-                for (int j = 0; j < MG; ++j) {
+                    for (int i = 0; i < 2; ++i) {
+                        const int row = y0 + 8 * j + 2 * t + i;
+                        sy[u][j][i] = in && row < p.y_rows ? __ldg(y_scales + row) : 0.0f;
+                    }
+            }
 #pragma unroll
-                    for (int e = 0; e < 4; ++e) blk[j][e] = 0.0f;
+            for (int u = 0; u < BATCH; ++u) {
+                if (kb0 + u >= kb_end) break;
+#pragma unroll
+                for (int j = 0; j < J; ++j) {
+                    float blk[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const uint4 w0 = wb[u][h][0], w1 = wb[u][h][1], x = xa[u][h][j];
-                        mma_e4m3(blk[j], w0.x, w1.x, w0.y, w1.y, x.x, x.y);
-                        mma_e4m3(blk[j], w0.z, w1.z, w0.w, w1.w, x.z, x.w);
+                        const uint4 w0 = xv[u][h][0], w1 = xv[u][h][1], v = yv[u][h][j];
+                        mma_e4m3(blk, w0.x, w1.x, w0.y, w1.y, v.x, v.y);
+                        mma_e4m3(blk, w0.z, w1.z, w0.w, w1.w, v.z, v.w);
                     }
-                }
-                const float sb = __ldg(b_scales + kb);
-                const float *sa = p.a_scales + (int64_t)kb * p.a_scale_ld;
 #pragma unroll
-                for (int j = 0; j < MG; ++j) {
-                    const int m0 = 8 * j + 2 * t;
-                    /* (rows past M: zero, whatever their scale slot holds) */
-                    const float s0 = m0 < p.m ? __ldg(sa + m0) * sb : 0.0f;
-                    const float s1 = m0 + 1 < p.m ? __ldg(sa + m0 + 1) * sb : 0.0f;
-                    acc[j][0] += s0 * blk[j][0];
-                    acc[j][1] += s1 * blk[j][1];
-                    acc[j][2] += s0 * blk[j][2];
-                    acc[j][3] += s1 * blk[j][3];
+                    for (int e = 0; e < 4; ++e) acc[j][e] += (sx[u][e / 2] * sy[u][j][e % 2]) * blk[e];
                 }
             }
         }
     }
 
-    /* Split: this slice's partial out, then the chunk's last CTA sums all in slice order. */
-    if (p.slices > 1) {
-        __shared__ unsigned last;
-        float *mine = p.partials + ((int64_t)chunk * p.slices + slice) * p.m * SMALL_1D2D_CHUNK_ROWS;
+    /* The slices' sum: this warp's partial, the CTA's k-warps in order, then the cluster's CTAs in rank order. */
+    float *mine = part + warp * WARP_OUT;
 #pragma unroll
-        for (int j = 0; j < MG; ++j)
+    for (int j = 0; j < J; ++j)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int m = 8 * j + 2 * t + e % 2, r = warp * 16 + g + 8 * (e / 2);
-                if (m < p.m) __stcg(mine + m * SMALL_1D2D_CHUNK_ROWS + r, acc[j][e]);
-            }
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) last = atomicAdd(p.counters + chunk, 1u) == (unsigned)p.slices - 1;
-        __syncthreads();
-        if (!last) return;
-        __threadfence();
-        const float *all = p.partials + (int64_t)chunk * p.slices * p.m * SMALL_1D2D_CHUNK_ROWS;
-#pragma unroll
-        for (int j = 0; j < MG; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int m = 8 * j + 2 * t + e % 2, r = warp * 16 + g + 8 * (e / 2);
-                if (m >= p.m) continue;
-                float sum = 0.0f;
-#pragma unroll 8
-                for (int s = 0; s < SMALL_1D2D_MAX_SLICES; ++s)
-                    if (s < p.slices) sum += __ldcg(all + ((int64_t)s * p.m + m) * SMALL_1D2D_CHUNK_ROWS + r);
-                acc[j][e] = sum;
-            }
-        if (threadIdx.x == 0) p.counters[chunk] = 0u;
+        for (int e = 0; e < 4; ++e) mine[(g + 8 * (e / 2)) * TILE_Y + 8 * j + 2 * t + e % 2] = acc[j][e];
+    __syncthreads();
+    const int x_span = 16 * p.row_warps, outputs = x_span * TILE_Y; /* the CTA's, index i = x * TILE_Y + y */
+    auto cta_sum = [&](int i) {
+        const int r = i / WARP_OUT, within = i % WARP_OUT;
+        float s = 0.0f;
+        for (int q = 0; q < p.k_warps; ++q) s += part[(q * p.row_warps + r) * WARP_OUT + within];
+        return s;
+    };
+    int first = 0, last = outputs;
+    if (p.cluster > 1) {
+        for (int i = threadIdx.x; i < outputs; i += SMALL_THREADS) total[i] = cta_sum(i);
+        cluster_sync_all();
+        first = (int)blockIdx.y * outputs / p.cluster;
+        last = ((int)blockIdx.y + 1) * outputs / p.cluster;
     }
-#pragma unroll
-    for (int j = 0; j < MG; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int m = 8 * j + 2 * t + e % 2, n = warp_row + g + 8 * (e / 2);
-            if (m >= p.m || n >= p.n) continue;
-            if (p.d_bf16)
-                static_cast<__nv_bfloat16 *>(p.d)[(int64_t)m * p.ldd + n] = __float2bfloat16_rn(acc[j][e]);
-            else
-                static_cast<float *>(p.d)[(int64_t)m * p.ldd + n] = acc[j][e];
-        }
-}
-
-/* ------------------------------------------------------------------------ */
-/* 1D1D with few tokens                                                      */
-
-constexpr int SMALL_1D1D_THREADS = 256;
-constexpr int SMALL_1D1D_TILE = 64;  /* 64 x 64 outputs per CTA, 4 x 4 per thread */
-constexpr int SMALL_1D1D_STEP = 32;  /* tokens staged at a time */
-
-struct Small1d1dArgs {
-    const uint8_t *a, *b; /* a: rows x tokens, b: cols x tokens */
-    int64_t lda, ldb;
-    const float *a_scales, *b_scales; /* [kb * scale_ld + row] */
-    int64_t a_scale_ld, b_scale_ld;
-    const float *c; /* NULL: D = A . B^T */
-    int64_t ldc;
-    void *d;
-    int64_t ldd;
-    int d_bf16;
-    int vector_io; /* D (and C) 16-byte aligned (8 for bf16), ld % 4 == 0: 4 outputs as one access */
-    int rows, cols, tokens;
-    int64_t col_tiles;
-};
-
-/* 4 fp8 codes of a row from token `tok` on (4-aligned), those at or past `end` zero, as floats in smem. */
-__device__ __forceinline__ void stage_codes(float (*dst)[SMALL_1D1D_TILE], int r, const uint8_t *row, int tok,
-                                            int step_tok, int end) {
-    uint32_t w = 0u;
-    if (row && tok < end) {
-        w = *reinterpret_cast<const uint32_t *>(row + tok);
-        const int valid = end - tok;
-        if (valid < 4) w &= (1u << (8 * valid)) - 1u;
+    /* output order o: D's contiguous index fastest (1D1D: y, 1D2D: x) */
+    for (int o = first + threadIdx.x; o < last; o += SMALL_THREADS) {
+        const int xl = WGRAD ? o / TILE_Y : o % x_span, yl = WGRAD ? o % TILE_Y : o / x_span;
+        const int i = xl * TILE_Y + yl, x = x_cta + xl, y = y0 + yl;
+        float v = 0.0f;
+        if (p.cluster > 1)
+            for (int q = 0; q < p.cluster; ++q) v += ld_cluster_f32(total + i, (uint32_t)q);
+        else
+            v = cta_sum(i);
+        if (x >= p.x_rows || y >= p.y_rows) continue;
+        const int64_t at = WGRAD ? (int64_t)x * p.ldd + y : (int64_t)y * p.ldd + x;
+        if (WGRAD && p.c) v += p.c[(int64_t)x * p.ldc + y];
+        if (p.d_bf16) static_cast<__nv_bfloat16 *>(p.d)[at] = __float2bfloat16_rn(v);
+        else static_cast<float *>(p.d)[at] = v;
     }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)(w >> (8 * i) & 0xffu), __NV_E4M3);
-        dst[step_tok + i][r] = __half2float(__half(h));
-    }
+    /* (a CTA's shared memory must outlive the other CTAs' reads of it) */
+    if (p.cluster > 1) cluster_sync_all();
 }
 
-__global__ void __launch_bounds__(SMALL_1D1D_THREADS) gemm_fp8_1d1d_small_kernel(const Small1d1dArgs p) {
-    __shared__ __align__(16) float a_tile[SMALL_1D1D_STEP][SMALL_1D1D_TILE];
-    __shared__ __align__(16) float b_tile[SMALL_1D1D_STEP][SMALL_1D1D_TILE];
-    const int64_t tile = blockIdx.x;
-    const int row0 = (int)(tile / p.col_tiles) * SMALL_1D1D_TILE, col0 = (int)(tile % p.col_tiles) * SMALL_1D1D_TILE;
-    const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
-
-    float total[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) total[i][j] = 0.0f;
-
-    /* staging: thread -> (row or column r of the tile, 4 tokens q) */
-    const int stage_r = threadIdx.x % SMALL_1D1D_TILE, stage_q = threadIdx.x / SMALL_1D1D_TILE; /* q: 0..3, +4 */
-    const uint8_t *a_row = row0 + stage_r < p.rows ? p.a + (int64_t)(row0 + stage_r) * p.lda : nullptr;
-    const uint8_t *b_row = col0 + stage_r < p.cols ? p.b + (int64_t)(col0 + stage_r) * p.ldb : nullptr;
-    const int num_k_blocks = (p.tokens + 127) / 128;
-    for (int kb = 0; kb < num_k_blocks; ++kb) {
-        const int block_end = min(p.tokens, kb * 128 + 128);
-        float blk[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) blk[i][j] = 0.0f;
-        for (int t0 = kb * 128; t0 < block_end; t0 += SMALL_1D1D_STEP) {
-            __syncthreads(); /* (the previous step's reads) */
-#pragma unroll
-            for (int q = stage_q; q < SMALL_1D1D_STEP / 4; q += SMALL_1D1D_THREADS / SMALL_1D1D_TILE) {
-                stage_codes(a_tile, stage_r, a_row, t0 + 4 * q, 4 * q, block_end);
-                stage_codes(b_tile, stage_r, b_row, t0 + 4 * q, 4 * q, block_end);
-            }
-            __syncthreads();
-            const int steps = min(SMALL_1D1D_STEP, block_end - t0);
-#pragma unroll 4
-            for (int s = 0; s < steps; ++s) {
-                const float4 av = *reinterpret_cast<const float4 *>(&a_tile[s][4 * tr]);
-                const float4 bv = *reinterpret_cast<const float4 *>(&b_tile[s][4 * tc]);
-                const float ar[4] = {av.x, av.y, av.z, av.w}, br[4] = {bv.x, bv.y, bv.z, bv.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) blk[i][j] = fmaf(ar[i], br[j], blk[i][j]);
-            }
-        }
-        float sa[4], sb[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int r = row0 + 4 * tr + i, c = col0 + 4 * tc + i;
-            sa[i] = r < p.rows ? __ldg(p.a_scales + (int64_t)kb * p.a_scale_ld + r) : 0.0f;
-            sb[i] = c < p.cols ? __ldg(p.b_scales + (int64_t)kb * p.b_scale_ld + c) : 0.0f;
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) total[i][j] += sa[i] * sb[j] * blk[i][j];
-    }
-
-    const int c0 = col0 + 4 * tc;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int r = row0 + 4 * tr + i;
-        if (r >= p.rows) break;
-        float v[4] = {total[i][0], total[i][1], total[i][2], total[i][3]};
-        if (p.vector_io && c0 + 3 < p.cols) {
-            if (p.c) {
-                const float4 cv = __ldcs(reinterpret_cast<const float4 *>(p.c + (int64_t)r * p.ldc + c0));
-                v[0] += cv.x, v[1] += cv.y, v[2] += cv.z, v[3] += cv.w;
-            }
-            if (p.d_bf16) {
-                __nv_bfloat162 lo = __floats2bfloat162_rn(v[0], v[1]), hi = __floats2bfloat162_rn(v[2], v[3]);
-                uint2 packed;
-                memcpy(&packed.x, &lo, 4);
-                memcpy(&packed.y, &hi, 4);
-                __stcs(reinterpret_cast<uint2 *>(static_cast<__nv_bfloat16 *>(p.d) + (int64_t)r * p.ldd + c0), packed);
-            } else {
-                __stcs(reinterpret_cast<float4 *>(static_cast<float *>(p.d) + (int64_t)r * p.ldd + c0),
-                       make_float4(v[0], v[1], v[2], v[3]));
-            }
-            continue;
-        }
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            if (c0 + j >= p.cols) break;
-            float x = v[j];
-            if (p.c) x += p.c[(int64_t)r * p.ldc + c0 + j];
-            if (p.d_bf16) static_cast<__nv_bfloat16 *>(p.d)[(int64_t)r * p.ldd + c0 + j] = __float2bfloat16_rn(x);
-            else static_cast<float *>(p.d)[(int64_t)r * p.ldd + c0 + j] = x;
-        }
-    }
-}
-
-/* "small=0" in BFP8_GEMM_CONFIG: never these kernels; "small=1": wherever they can run. */
-int forced_small() {
-    const char *forced = getenv("BFP8_GEMM_CONFIG");
-    const char *s = forced ? strstr(forced, "small=") : nullptr;
-    return s ? (s[6] == '1' ? 1 : 0) : -1;
-}
-
-} /* namespace */
-
-/* 1D2D: a few rows of A and a long K, where the tensor-core kernel's one row
- * of tiles (at least 128 rows, 1/8 of them used) streams B on few SMs. Where
- * the grid benchmark measured it ahead of that kernel on an H200 (CUDA
- * graphs): M <= 8 with K >= 4096 (up to 1.7x cuBLASLt), and M = 1 with
- * K >= 1024; with a short K its split and fixed cost lose (M = 16, K = 256:
- * 7.4 us against 3.2 for cuBLASLt). small=1 forces it for M <= 16. */
-bool small_1d2d_applies(int m, int64_t k) {
-    if (m > SMALL_1D2D_MAX_M) return false;
-    const int forced = forced_small();
-    if (forced != -1) return forced == 1;
-    return (m <= 8 && k >= 4096) || (m == 1 && k >= 1024);
-}
-
-/* 1D1D: up to 16 tokens, where writing D bounds the time (each output's 16
- * FMAs against its 8 bytes of C and D); at 32 tokens its FMAs lose to the
- * tensor cores on large outputs (N = 1024, K = 7168: 30.7 us against 14.9
- * for cuBLASLt). small=1 forces it for any count. */
-bool small_1d1d_applies(int tokens) {
-    const int forced = forced_small();
-    return forced == 1 || (forced != 0 && tokens <= SMALL_1D1D_MAX_TOKENS);
-}
-
-/* CTAs of the small 1D2D kernel resident on one SM (once per instance). */
-template <int MG> int small_1d2d_ctas_per_sm() {
+/* CTAs of an instance resident on one SM (once per instance). */
+template <bool WGRAD, int J> int small_ctas_per_sm() {
     static int cached = 0;
     if (cached == 0) {
         int n = 0;
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemm_fp8_1d2d_small_kernel<MG>, SMALL_1D2D_THREADS,
-                                                          0) != cudaSuccess || n < 1) {
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, gemm_fp8_small_kernel<WGRAD, J>, SMALL_THREADS, 0) !=
+                cudaSuccess ||
+            n < 1) {
             cudaGetLastError();
             n = 1;
         }
@@ -401,104 +259,107 @@ template <int MG> int small_1d2d_ctas_per_sm() {
     return cached;
 }
 
-/* The k-slices per chunk (at most SMALL_1D2D_MAX_SLICES, none empty) that
- * minimise waves of resident CTAs x the time of one CTA's k-blocks, plus the
- * cost of the slices. */
-int small_1d2d_slices(int chunks, int num_k_blocks, int64_t resident) {
-    int best = 1;
-    double best_time = INFINITY;
-    for (int s = 1; s <= SMALL_1D2D_MAX_SLICES && s <= num_k_blocks; ++s) {
-        const int per = (int)bfp8_ceil_div(num_k_blocks, s);
-        if (bfp8_ceil_div(num_k_blocks, per) != s) continue; /* (the same as fewer slices) */
-        const double waves = (double)bfp8_ceil_div((int64_t)chunks * s, resident);
-        const double time = waves * (per + SMALL_1D2D_CTA_COST) + (s > 1 ? SMALL_1D2D_SLICE_COST * s : 0.0);
-        if (time < best_time * (1.0 - 1e-9)) {
-            best_time = time;
-            best = s;
-        }
-    }
-    return best;
+/* The split of the k-blocks: the most slices (a power of two: k-warps of a
+ * CTA first, then CTAs of a cluster) for which the grid is still one wave of
+ * resident CTAs and no slice is empty. More slices: more loads in flight at
+ * once and fewer rounds of them per warp, for the price of a sum in shared
+ * memory. Returns the CTAs of the grid. */
+int64_t plan_small_split(SmallArgs &s, int64_t resident_ctas) {
+    const int64_t x16 = bfp8_ceil_div(s.x_rows, 16);
+    auto ctas = [&](int split) {
+        const int k_warps = split < SMALL_WARPS ? split : SMALL_WARPS;
+        return bfp8_ceil_div(x16, SMALL_WARPS / k_warps) * s.y_tiles * (split / k_warps);
+    };
+    int split = 1;
+    while (split * 2 <= SMALL_MAX_SPLIT && split * 2 <= s.num_k_blocks && ctas(split * 2) <= resident_ctas) split *= 2;
+    s.k_warps = split < SMALL_WARPS ? split : SMALL_WARPS;
+    s.row_warps = SMALL_WARPS / s.k_warps;
+    s.cluster = split / s.k_warps;
+    return ctas(split);
 }
 
-/* The two operands' codes and scales into either kernel's arguments. */
-template <class Args> void set_operands(Args &s, const bfp8_qmatrix *a, const bfp8_qmatrix *b) {
-    s.a = a->data;
-    s.b = b->data;
-    s.lda = a->ld;
-    s.ldb = b->ld;
-    s.a_scales = a->scales;
-    s.b_scales = b->scales;
-    s.a_scale_ld = a->scale_ld;
-    s.b_scale_ld = b->scale_ld;
-}
-
-/* The slices of small_1d2d_slices; 1 where the split exchange cannot be had
- * (inside a graph capture before any split) or is too small. */
-bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                              const Params &p) {
-    Small1d2dArgs s;
-    set_operands(s, a, b);
-    s.d = p.d;
-    s.ldd = p.ldd;
-    s.d_bf16 = p.output_kind == OUTPUT_BF16;
-    s.m = p.m;
-    s.n = p.n;
-    s.k = p.k;
-    s.num_k_blocks = p.num_k_blocks;
-    s.chunks = (int)bfp8_ceil_div(p.n, SMALL_1D2D_CHUNK_ROWS);
-    s.partials = nullptr;
-    s.counters = nullptr;
-    const int64_t resident = (int64_t)bfp8_cuda_state_of(ctx)->num_sms *
-                             (p.m <= 8 ? small_1d2d_ctas_per_sm<1>() : small_1d2d_ctas_per_sm<2>());
-    int slices = small_1d2d_slices(s.chunks, p.num_k_blocks, resident);
-    if (slices > 1) {
-        const SplitWorkspace ws = split_workspace(ctx);
-        if (!ws.counters || s.chunks > split_workspace_counters(ctx) ||
-            (int64_t)s.chunks * slices * p.m * SMALL_1D2D_CHUNK_ROWS > split_workspace_floats(ctx))
-            slices = 1;
-        s.partials = ws.partials;
-        s.counters = ws.counters;
-    }
-    if (slices < 1) slices = 1;
-    s.k_blocks_per_slice = (int)bfp8_ceil_div(p.num_k_blocks, slices);
-    s.slices = (int)bfp8_ceil_div(p.num_k_blocks, s.k_blocks_per_slice);
-    if (s.chunks > 0x7fffffff / 2) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "bfp8_gemm_1d2d: N too large");
-    if (trace_enabled())
-        fprintf(stderr, "blockfp8 gemm 1d2d small: M=%d N=%d K=%d chunks=%d slices=%d of %d k-blocks\n", p.m, p.n,
-                p.k, s.chunks, s.slices, s.k_blocks_per_slice);
-    const dim3 grid((unsigned)s.chunks, (unsigned)s.slices);
-    if (p.m <= 8)
-        gemm_fp8_1d2d_small_kernel<1><<<grid, SMALL_1D2D_THREADS, 0, bfp8_stream_of(ctx)>>>(s);
-    else
-        gemm_fp8_1d2d_small_kernel<2><<<grid, SMALL_1D2D_THREADS, 0, bfp8_stream_of(ctx)>>>(s);
+template <bool WGRAD, int J>
+bfp8_status launch_small(const bfp8_context *ctx, SmallArgs &s, const char *what) {
+    const int64_t resident = (int64_t)bfp8_cuda_state_of(ctx)->num_sms * small_ctas_per_sm<WGRAD, J>();
+    s.y_tiles = (int)bfp8_ceil_div(s.y_rows, 8 * J);
+    const int64_t ctas = plan_small_split(s, resident);
+    const int64_t x_tiles = ctas / s.cluster;
+    if (x_tiles > 0x7fffffff) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "%s: too many tiles", what);
+    if (trace_enabled(ctx))
+        fprintf(stderr, "blockfp8 %s small: x=%d y=%d k=%d tiles=%lld (%d x-warps, %d k-warps, cluster %d)\n", what,
+                s.x_rows, s.y_rows, s.k, (long long)x_tiles, s.row_warps, s.k_warps, s.cluster);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)x_tiles, (unsigned)s.cluster, 1);
+    cfg.blockDim = dim3(SMALL_THREADS, 1, 1);
+    cfg.stream = bfp8_stream_of(ctx);
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 1;
+    attr.val.clusterDim.y = (unsigned)s.cluster;
+    attr.val.clusterDim.z = 1;
+    cfg.attrs = &attr;
+    cfg.numAttrs = s.cluster > 1 ? 1 : 0;
+    BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_fp8_small_kernel<WGRAD, J>, s));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
+} /* namespace */
+
+/* 1D1D: the k-blocks each warp of the small kernel would keep after its split. */
+int small_1d1d_k_blocks_per_warp(const bfp8_context *ctx, int n, int k, int tokens) {
+    SmallArgs s = {};
+    s.x_rows = n;
+    s.y_rows = k;
+    s.num_k_blocks = (int)bfp8_ceil_div(tokens, 128);
+    s.y_tiles = (int)bfp8_ceil_div(k, 8 * SMALL_1D1D_J);
+    const int64_t resident =
+        (int64_t)bfp8_cuda_state_of(ctx)->num_sms * small_ctas_per_sm<true, SMALL_1D1D_J>();
+    plan_small_split(s, resident);
+    return (int)bfp8_ceil_div(s.num_k_blocks, s.k_warps * s.cluster);
+}
+
+/* The two operands' codes and scales: x first. */
+static void set_operands(SmallArgs &s, const bfp8_qmatrix *x, const bfp8_qmatrix *y) {
+    s.x = x->data;
+    s.y = y->data;
+    s.ldx = x->ld;
+    s.ldy = y->ld;
+    s.x_scales = x->scales;
+    s.y_scales = y->scales;
+    s.x_scale_ld = x->scale_ld;
+    s.y_scale_ld = y->scale_ld;
+}
+
+bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                              const Params &p) {
+    SmallArgs s = {};
+    set_operands(s, b, a);
+    s.d = p.d;
+    s.ldd = p.ldd;
+    s.d_bf16 = p.output_kind == OUTPUT_BF16;
+    s.x_rows = p.n;
+    s.y_rows = p.m;
+    s.k = p.k;
+    s.num_k_blocks = p.num_k_blocks;
+    if (p.m <= 8) return launch_small<false, 1>(ctx, s, "gemm 1d2d");
+    return launch_small<false, 2>(ctx, s, "gemm 1d2d");
+}
+
 bfp8_status launch_small_1d1d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                               const Params &p) {
-    Small1d1dArgs s;
+    SmallArgs s = {};
     set_operands(s, a, b);
     s.c = p.output_kind == OUTPUT_F32_ACCUMULATE ? p.c : nullptr;
     s.ldc = p.ldc;
     s.d = p.d;
     s.ldd = p.ldd;
     s.d_bf16 = p.output_kind == OUTPUT_BF16;
-    const uintptr_t align = s.d_bf16 ? 8 : 16;
-    s.vector_io = (uintptr_t)p.d % align == 0 && p.ldd % 4 == 0 &&
-                  (!s.c || ((uintptr_t)s.c % 16 == 0 && p.ldc % 4 == 0));
-    s.rows = p.m;
-    s.cols = p.n;
-    s.tokens = p.k;
-    s.col_tiles = bfp8_ceil_div(p.n, SMALL_1D1D_TILE);
-    const int64_t tiles = bfp8_ceil_div(p.m, SMALL_1D1D_TILE) * s.col_tiles;
-    if (tiles > 0x7fffffff) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "bfp8_gemm_1d1d: too many tiles");
-    if (trace_enabled())
-        fprintf(stderr, "blockfp8 gemm 1d1d small: N=%d K=%d tokens=%d tiles=%lld\n", p.m, p.n, p.k,
-                (long long)tiles);
-    gemm_fp8_1d1d_small_kernel<<<(unsigned)tiles, SMALL_1D1D_THREADS, 0, bfp8_stream_of(ctx)>>>(s);
-    BFP8_CUDA_CHECK_LAUNCH();
-    return BFP8_OK;
+    s.x_rows = p.m;
+    s.y_rows = p.n;
+    s.k = p.k;
+    s.num_k_blocks = p.num_k_blocks;
+    return launch_small<true, SMALL_1D1D_J>(ctx, s, "gemm 1d1d");
 }
 
 } /* namespace bfp8_gemm */

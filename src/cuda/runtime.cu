@@ -29,6 +29,7 @@ bfp8_status bfp8_cuda_context_init(bfp8_context *ctx) {
         return bfp8_fail(BFP8_ERR_CUDA, "cudaGetDeviceProperties(%d) failed", ctx->device);
     }
     st->num_sms = st->props.multiProcessorCount;
+    bfp8_gemm_read_tuning(&st->gemm_tuning);
     ctx->cuda_state = st;
     ctx->stream = NULL;
     return BFP8_OK;

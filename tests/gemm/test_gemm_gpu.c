@@ -54,6 +54,18 @@ static void *gpu_alloc(size_t bytes) {
     return p;
 }
 
+/* BFP8_GEMM_CONFIG for the GEMMs that follow (NULL or "": the heuristic's
+ * choice). The library reads it when a context is created, so the GPU
+ * context is made again (device memory is not the context's: it stays). */
+static void use_config(const char *config) {
+    if (config && config[0]) setenv("BFP8_GEMM_CONFIG", config, 1);
+    else unsetenv("BFP8_GEMM_CONFIG");
+    bfp8_context_synchronize(gpu);
+    bfp8_context_destroy(gpu);
+    gpu = NULL;
+    if (bfp8_context_create(&gpu, BFP8_BACKEND_CUDA, 0) != BFP8_OK) test_fatal("context: %s", bfp8_last_error());
+}
+
 static void operand_make(operand *op, int64_t rows, int64_t cols, bfp8_granularity gran, unsigned fill,
                          uint64_t seed) {
     size_t data_bytes, scale_bytes;
@@ -313,10 +325,10 @@ static void check_graph_capture(uint64_t seed) {
     for (int round = 0; round < 2; ++round) {
         poison(&d);
         if (round == 0) { /* the reference: the same tile, never split */
-            setenv("BFP8_GEMM_CONFIG", "split=1", 1);
+            use_config("split=1");
             CHECK_OK(bfp8_gemm_1d2d(gpu, &a.dev, &b.dev, &d));
             CHECK_OK(bfp8_context_synchronize(gpu));
-            unsetenv("BFP8_GEMM_CONFIG");
+            use_config(NULL);
         } else { /* the reference: the fresh context uncaptured (makes its workspace) */
             CHECK_OK(bfp8_gemm_1d2d(fresh, &a.dev, &b.dev, &d));
             CHECK_OK(bfp8_context_synchronize(fresh));
@@ -414,8 +426,7 @@ static void time_configs(const char *filter) {
             for (int c = 0; c < NUM_CONFIGS; ++c) {
                 if (filter && configs[c][0] && !strstr(configs[c], filter)) continue;
                 if (!config_fits(kind == 0 ? GEMM_1D2D : GEMM_1D1D, configs[c])) continue;
-                if (configs[c][0]) setenv("BFP8_GEMM_CONFIG", configs[c], 1);
-                else unsetenv("BFP8_GEMM_CONFIG");
+                use_config(configs[c]);
                 bfp8_status st = BFP8_OK;
                 for (int w = 0; w < 3 && st == BFP8_OK; ++w)
                     st = kind == 0 ? bfp8_gemm_1d2d(gpu, &a, &b, &d) : bfp8_gemm_1d1d(gpu, &a, &b, &d, &d);
@@ -441,7 +452,7 @@ static void time_configs(const char *filter) {
                 printf("%-10s %-22s %-18s %10.1f %8.1f\n", kind == 0 ? "1d2d" : "1d1d", shape,
                        configs[c][0] ? configs[c] : "auto", best * 1e6, 2.0 * rows * cols * kdim / best * 1e-12);
             }
-            unsetenv("BFP8_GEMM_CONFIG");
+            use_config(NULL);
             bfp8_free(gpu, a.data);
             bfp8_free(gpu, a.scales);
             bfp8_free(gpu, b.data);
@@ -461,7 +472,7 @@ enum { NUM_CRASH_SHAPES = sizeof crash_shapes / sizeof crash_shapes[0] };
  * full 147456 tokens) under one forced configuration: short enough for
  * compute-sanitizer. */
 static void crash_sweep(const char *config, uint64_t seed) {
-    setenv("BFP8_GEMM_CONFIG", config, 1);
+    use_config(config);
     for (int i = 0; i < NUM_CRASH_SHAPES; ++i) {
         const int64_t *w = crash_shapes[i];
         run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_F32, 0, TEST_FILL_HARD, seed++);
@@ -470,7 +481,7 @@ static void crash_sweep(const char *config, uint64_t seed) {
         run_case(GEMM_1D1D, w[0], w[1], w[2], BFP8_BF16, 0, 0, seed++);
     }
     run_case(GEMM_1D1D, 512, 1024, 147456, BFP8_F32, 1, 0, seed++);
-    unsetenv("BFP8_GEMM_CONFIG");
+    use_config(NULL);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -526,7 +537,7 @@ int main(int argc, char **argv) {
         }
     /* every configuration on ragged shapes: partial tiles at both edges */
     for (int c = 0; c + 1 < NUM_CONFIGS; ++c) {
-        setenv("BFP8_GEMM_CONFIG", configs[c], 1);
+        use_config(configs[c]);
         if (config_fits(GEMM_1D2D, configs[c])) {
             run_case(GEMM_1D2D, 1000, 2120, 1000, BFP8_BF16, 0, TEST_FILL_HARD, seed++);
             run_case(GEMM_1D2D, 300, 200, 4096, BFP8_F32, 0, 0, seed++);
@@ -549,15 +560,17 @@ int main(int argc, char **argv) {
         {"bn=128", GEMM_1D2D, 2048, 1152, 4096, 0}, {"bn=128", GEMM_1D1D, 2048, 1152, 4096, 1},
     };
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; ++i) {
-        setenv("BFP8_GEMM_CONFIG", splits[i].config, 1);
+        use_config(splits[i].config);
         run_case(splits[i].kind, splits[i].m, splits[i].n, splits[i].k,
                  splits[i].kind == GEMM_1D2D ? BFP8_BF16 : BFP8_F32, splits[i].accumulate, TEST_FILL_HARD, seed++);
     }
-    /* Few rows (1D2D, M <= 16) and few tokens (1D1D): the small kernels,
-     * where the heuristic picks them ("") and forced (small=1) up to their
-     * limits, ragged edges (K not a multiple of 16: a masked last chunk), K
-     * split over slices; then turned off (small=0) and forced beyond (1D1D
-     * over many tokens, several k-blocks). */
+    /* Few rows (1D2D, M <= 16), few tokens or small outputs (1D1D): the
+     * small kernel, where the heuristic picks it ("") and forced (small=1)
+     * up to its limits, ragged edges (K not a multiple of 16: a masked last
+     * chunk), K split over k-warps and over the CTAs of a cluster (1D2D
+     * M = 1 and 16 over 56 k-blocks, 1D1D 72 x 60 over 4095 tokens: 32
+     * slices, clusters of 4); then turned off (small=0) and forced beyond (1D1D over
+     * many tokens, several k-blocks a warp). */
     static const struct { const char *config; int kind; int64_t m, n, k; bfp8_dtype dt; int accumulate; } smalls[] = {
         {"small=1", GEMM_1D2D, 13, 2112, 4104, BFP8_F32, 0},  {"small=1", GEMM_1D2D, 16, 200, 1000, BFP8_BF16, 0},
         {"", GEMM_1D2D, 5, 136, 7168, BFP8_F32, 0},    {"small=1", GEMM_1D2D, 9, 7176, 136, BFP8_BF16, 0},
@@ -565,15 +578,19 @@ int main(int argc, char **argv) {
         {"", GEMM_1D1D, 520, 392, 1, BFP8_BF16, 0},    {"", GEMM_1D1D, 130, 202, 7, BFP8_F32, 0},
         {"small=1", GEMM_1D1D, 129, 1000, 25, BFP8_F32, 1},   {"small=0", GEMM_1D2D, 1, 2112, 1000, BFP8_BF16, 0},
         {"small=0", GEMM_1D1D, 300, 260, 8, BFP8_F32, 2}, {"small=1", GEMM_1D1D, 200, 136, 1000, BFP8_F32, 2},
-        {"small=1", GEMM_1D1D, 72, 260, 300, BFP8_BF16, 0},
+        {"small=1", GEMM_1D1D, 72, 260, 300, BFP8_BF16, 0},   {"", GEMM_1D2D, 1, 200, 7160, BFP8_BF16, 0},
+        {"small=1", GEMM_1D2D, 16, 200, 7168, BFP8_F32, 0},   {"", GEMM_1D1D, 72, 60, 4095, BFP8_F32, 2},
+        {"", GEMM_1D1D, 200, 136, 1000, BFP8_F32, 1},         {"", GEMM_1D1D, 264, 250, 520, BFP8_BF16, 0},
+        {"small=1", GEMM_1D1D, 136, 264, 4097, BFP8_F32, 2},
     };
     for (size_t i = 0; i < sizeof smalls / sizeof smalls[0]; ++i) {
-        setenv("BFP8_GEMM_CONFIG", smalls[i].config, 1);
+        use_config(smalls[i].config);
         run_case(smalls[i].kind, smalls[i].m, smalls[i].n, smalls[i].k, smalls[i].dt, smalls[i].accumulate,
                  i % 2 ? TEST_FILL_HARD : 0, seed++);
     }
-    unsetenv("BFP8_GEMM_CONFIG");
-    check_repeatable(GEMM_1D2D, 8, 256, 7168, BFP8_F32, seed++, 3); /* 16 slices a chunk, summed in order */
+    use_config(NULL);
+    check_repeatable(GEMM_1D2D, 8, 256, 7168, BFP8_F32, seed++, 3); /* 32 slices: k-warps, a cluster of 4 */
+    check_repeatable(GEMM_1D1D, 64, 64, 4096, BFP8_F32, seed++, 3); /* 32 slices: k-warps, a cluster of 4 */
     check_repeatable(GEMM_1D2D, 384, 1024, 8192, BFP8_BF16, seed++, 2);
     check_repeatable(GEMM_1D2D, 384, 1024, 8192, BFP8_F32, seed++, 2); /* the trainer's fprop / dgrad output */
     check_repeatable(GEMM_1D2D, 4096, 6144, 2048, BFP8_F32, seed++, 2);

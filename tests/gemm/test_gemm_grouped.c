@@ -28,6 +28,19 @@
 
 static bfp8_context *host; /* quantizes the operands */
 static bfp8_context *ctx;  /* the backend under test */
+static bfp8_backend ctx_backend;
+
+/* BFP8_GEMM_CONFIG for the GEMMs that follow (NULL: the heuristic's choice).
+ * The library reads it when a context is created, so the context under test
+ * is made again (its device memory stays). */
+static void use_config(const char *config) {
+    if (config) setenv("BFP8_GEMM_CONFIG", config, 1);
+    else unsetenv("BFP8_GEMM_CONFIG");
+    bfp8_context_synchronize(ctx);
+    bfp8_context_destroy(ctx);
+    ctx = NULL;
+    if (bfp8_context_create(&ctx, ctx_backend, 0) != BFP8_OK) test_fatal("context: %s", bfp8_last_error());
+}
 
 /* A quantized operand on the host (quantized by the CPU reference), its
  * dequantized values in fp64, and its copy in the backend's memory. */
@@ -398,7 +411,7 @@ int main(int argc, char **argv) {
         test_fatal("usage: test_gemm_grouped cpu|cuda");
     if (cuda) TEST_REQUIRE_GPU();
     if (bfp8_context_create(&host, BFP8_BACKEND_CPU, 0) != BFP8_OK ||
-        bfp8_context_create(&ctx, cuda ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, 0) != BFP8_OK)
+        bfp8_context_create(&ctx, ctx_backend = cuda ? BFP8_BACKEND_CUDA : BFP8_BACKEND_CPU, 0) != BFP8_OK)
         test_fatal("context: %s", bfp8_last_error());
 
     uint64_t seed = 1000;
@@ -409,15 +422,15 @@ int main(int argc, char **argv) {
     case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++, NULL);  /* spare rows, three 128-column blocks */
     case_1d2d(one, 1, 77, 128, 4097, BFP8_BF16, seed++, NULL); /* one group: the plain GEMM's job */
     /* tiles forced: 192 columns straddle weights (N = 384: 2 tiles of 192) */
-    setenv("BFP8_GEMM_CONFIG", "bn=192", 1);
+    use_config("bn=192");
     case_1d2d(moe, 7, 0, 384, 512, BFP8_BF16, seed++, NULL);
     /* 192-row tiles: a group's last tile ends past it (its rows there are not stored) */
-    setenv("BFP8_GEMM_CONFIG", "bm=192", 1);
+    use_config("bm=192");
     case_1d2d(moe, 7, 0, 256, 1000, BFP8_BF16, seed++, NULL);
     case_1d2d(moe, 7, 200, 384, 256, BFP8_F32, seed++, NULL); /* f32: stored from registers */
-    setenv("BFP8_GEMM_CONFIG", "bn=128,store=direct", 1);
+    use_config("bn=128,store=direct");
     case_1d2d(moe, 7, 0, 256, 640, BFP8_BF16, seed++, NULL);
-    unsetenv("BFP8_GEMM_CONFIG");
+    use_config(NULL);
     const int64_t none[] = {0, 0};
     case_1d2d(none, 2, 128, 128, 256, BFP8_BF16, seed++, NULL); /* no tokens at all: nothing written */
     case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++, NULL);
@@ -428,9 +441,9 @@ int main(int argc, char **argv) {
     case_1d1d(moe, 7, 0, 200, 264, BFP8_F32, 1, seed++, NULL);
     case_1d1d(one, 1, 5, 384, 1000, BFP8_F32, 1, seed++, NULL);
     case_1d1d(none, 2, 128, 128, 256, BFP8_F32, 2, seed++, NULL); /* no tokens at all: D = C */
-    setenv("BFP8_GEMM_CONFIG", "store=direct", 1);
+    use_config("store=direct");
     case_1d1d(moe, 7, 0, 256, 200, BFP8_F32, 0, seed++, NULL);
-    unsetenv("BFP8_GEMM_CONFIG");
+    use_config(NULL);
     /* offsets in backend memory: as given, and as a router might get them
      * wrong (unaligned, decreasing, past the tokens), clamped as documented */
     {
