@@ -190,38 +190,36 @@ int default_group_m(bool b_1x128, int num_tile_rows, int slots) {
     return max(1, min(num_tile_rows, slots / 6));
 }
 
-/* The small kernel (gemm_fp8_small.cu): which shapes it runs, and the cells
- * of the H200 grid (bench/results/2026-12-03_gemm_grid_h200.txt, CUDA graphs
- * of calls) behind each entry.
+/* The small kernel (gemm_fp8_small.cu): which shapes it runs, from the H200
+ * grid with the small kernel on and off in one run (CUDA graphs of calls,
+ * bench/results/2026-12-03_gemm_small_kernel_h200.txt; ratios over cuBLASLt,
+ * * over cuBLAS bf16 where cuBLASLt refuses).
  *
  * 1D2D, M <= 16: the tensor-core kernel's one row of tiles (at least 128
- * rows, 1/8 of them used) streams B on few SMs. A few-rows kernel measured
- * ahead of it for M <= 8 with K >= 4096 (up to 1.7x cuBLASLt) and for M = 1
- * with K >= 1024, and behind it with a short K (M = 16, K = 256: 7.4 us
- * against 3.2 for cuBLASLt): those cells take the small kernel. */
+ * rows, 1/8 of them used) streams B on few SMs. The small kernel is ahead
+ * for M = 1 at every K (N 256 / 1024, K 256: 0.86* / 1.13* against 0.78* /
+ * 1.03*; K 1024: 1.27* / 2.57* against 0.69* / 1.40*), for M = 16 with K =
+ * 1024 (1.65 / 1.66) and for M <= 8 with K = 7168 (N 256 / 1024 / 7168:
+ * 3.47 / 1.78 / 1.00); behind it for M = 16 with K = 256 (0.84). */
 bool small_1d2d_applies(const bfp8_context *ctx, int m, int64_t k) {
     if (m > SMALL_1D2D_MAX_M) return false;
     const int forced = tuning_of(ctx).small;
     if (forced != -1) return forced == 1;
-    return (m <= 8 && k >= 4096) || (m == 1 && k >= 1024);
+    return m == 1 || k >= 1024;
 }
 
-/* 1D1D, an n x k output over `tokens`:
- *  - up to 16 tokens (one k-block): bound by reading C and writing D. The
- *    grid's M = 1 and 8 rows, N, K <= 1024: 5.3-6.9 us (a CUDA-core kernel)
- *    where cuBLAS bf16 took 2.4-5.0;
- *  - a small output, each warp keeping at most SMALL_1D1D_MAX_WARP_K_BLOCKS
- *    k-blocks after the split: the tensor-core kernel runs a few tiles with a
- *    serial K loop there (the grid's M = 64 and 512 x N, K = 256..1024:
- *    4.8-6.7 us against 2.5-5.0 for cuBLASLt). M = 4096 over those outputs
- *    (4 or more k-blocks a warp) keeps the tensor-core kernel. */
-constexpr int SMALL_1D1D_FEW_TOKENS = 16;
-constexpr int SMALL_1D1D_MAX_WARP_K_BLOCKS = 2;
+/* 1D1D, an n x k output over `tokens`: the small kernel wins only on the
+ * smallest outputs over many tokens (256 x 256 over 512 / 4096 tokens: 0.80 /
+ * 0.80 against 0.46 / 0.54 for the tensor-core kernel); over 1 to 64 tokens
+ * the tensor-core kernel is ahead of it on every output of the grid (e.g. 64
+ * tokens, 1024 x 1024: 0.76 against 0.34), and so it is for wider outputs
+ * over 512 and 4096 tokens (4096 tokens, 256 x 1024: 0.56 against 0.28). */
+constexpr int64_t SMALL_1D1D_MAX_OUTPUTS = 256 * 256;
+constexpr int SMALL_1D1D_MIN_TOKENS = 512;
 bool small_1d1d_applies(const bfp8_context *ctx, int n, int k, int tokens) {
     const int forced = tuning_of(ctx).small;
     if (forced != -1) return forced == 1;
-    return tokens <= SMALL_1D1D_FEW_TOKENS ||
-           small_1d1d_k_blocks_per_warp(ctx, n, k, tokens) <= SMALL_1D1D_MAX_WARP_K_BLOCKS;
+    return (int64_t)n * k <= SMALL_1D1D_MAX_OUTPUTS && tokens >= SMALL_1D1D_MIN_TOKENS;
 }
 
 /* Through shared memory and the TMA unit where it can address D (16-byte

@@ -94,8 +94,6 @@ constexpr int SMALL_1D2D_MAX_M = 16; /* 1D2D: rows of A */
  * can run). */
 bool small_1d2d_applies(const bfp8_context *ctx, int m, int64_t k);
 bool small_1d1d_applies(const bfp8_context *ctx, int n, int k, int tokens);
-/* 1D1D: the k-blocks each warp of the small kernel keeps after its split of the tokens. */
-int small_1d1d_k_blocks_per_warp(const bfp8_context *ctx, int n, int k, int tokens);
 
 /* The launches, with the entry point's Params (D: p.m x p.n over p.k). */
 bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,

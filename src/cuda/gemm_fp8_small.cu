@@ -306,19 +306,6 @@ bfp8_status launch_small(const bfp8_context *ctx, SmallArgs &s, const char *what
 
 } /* namespace */
 
-/* 1D1D: the k-blocks each warp of the small kernel would keep after its split. */
-int small_1d1d_k_blocks_per_warp(const bfp8_context *ctx, int n, int k, int tokens) {
-    SmallArgs s = {};
-    s.x_rows = n;
-    s.y_rows = k;
-    s.num_k_blocks = (int)bfp8_ceil_div(tokens, 128);
-    s.y_tiles = (int)bfp8_ceil_div(k, 8 * SMALL_1D1D_J);
-    const int64_t resident =
-        (int64_t)bfp8_cuda_state_of(ctx)->num_sms * small_ctas_per_sm<true, SMALL_1D1D_J>();
-    plan_small_split(s, resident);
-    return (int)bfp8_ceil_div(s.num_k_blocks, s.k_warps * s.cluster);
-}
-
 /* The two operands' codes and scales: x first. */
 static void set_operands(SmallArgs &s, const bfp8_qmatrix *x, const bfp8_qmatrix *y) {
     s.x = x->data;
