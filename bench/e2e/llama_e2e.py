@@ -22,7 +22,9 @@ graph) and the output (final norm, head, cross-entropy), as torchtitan does.
 
 Per mode it prints tokens/s over the steady steps (from --timed-from on,
 CUDA events around them, no synchronization inside), the peak memory
-(torch.cuda.max_memory_allocated), the training loss (mean of the last 10
+(torch.cuda.max_memory_allocated) and the GPU memory the run holds at its
+end (in use less before the model: the caching allocator's reserve and
+CUDA's own included, as blockfp8 train's "device memory"), the training loss (mean of the last 10
 steps) and the validation loss after the run (--eval-batches fixed batches
 of the last 5% of the tokens); then the ratios against bf16-compile and
 torchao-compile, and blockfp8's loss against bf16's.
@@ -181,6 +183,9 @@ def run_mode(args, mode):
     torch.backends.cuda.matmul.allow_tf32 = False
     tokens = load_tokens(args, config.vocab_size, device, torch)
     data = Batches(tokens, batch, seq, args.steps, args.seed, torch)
+    if cuda:  # the GPU's memory in use before the model (CUDA's own included), as blockfp8 train measures it
+        free, total = torch.cuda.mem_get_info(device)
+        in_use_before = total - free
     model, forward = build_model(args, mode, config, device, torch, llama)
     optimizer = llama.make_optimizer(model, lr, fused=cuda)
     params = [p for p in model.parameters()]
@@ -227,6 +232,10 @@ def run_mode(args, mode):
     losses = torch.stack(losses).float().cpu().tolist()
     norms = torch.stack(norms).float().cpu().tolist()
     peak = torch.cuda.max_memory_allocated() if cuda else 0
+    in_use = 0  # what the run holds on the GPU at the end (the caching allocator's reserve, modules, workspaces)
+    if cuda:
+        free, total = torch.cuda.mem_get_info(device)
+        in_use = total - free - in_use_before
 
     if args.profile_steps > 0:
         profile_kernels(torch, step, args.steps, args.profile_steps, cuda)
@@ -249,7 +258,8 @@ def run_mode(args, mode):
         "data": "synthetic" if args.synthetic else os.path.basename(args.tokens),
         "tokens_per_s": batch * seq * timed_steps / timed_s, "step_ms": 1e3 * timed_s / timed_steps,
         "timed_steps": timed_steps, "first_steps_s": first_steps_s, "train_s": round(train_s, 1),
-        "peak_memory_gib": peak / 2 ** 30, "train_loss": sum(last) / len(last), "val_loss": val_loss,
+        "peak_memory_gib": peak / 2 ** 30, "device_memory_mb": in_use / 1e6,
+        "train_loss": sum(last) / len(last), "val_loss": val_loss,
         "losses": [round(v, 5) for v in losses], "grad_norms": [round(v, 4) for v in norms],
         "nonfinite": nonfinite, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
         "torch": torch.__version__,
@@ -281,15 +291,15 @@ def profile_kernels(torch, step, last_step, count, cuda):
 
 def report(results, out=sys.stdout):
     by = {r["mode"]: r for r in results if "error" not in r}
-    print("\n%-17s %11s %9s %10s %11s %9s" % ("mode", "tokens/s", "step ms", "peak GiB", "train loss", "val loss"),
-          file=out)
+    print("\n%-17s %11s %9s %10s %10s %11s %9s" % ("mode", "tokens/s", "step ms", "peak GiB", "in use MB", "train loss",
+                                                  "val loss"), file=out)
     for r in results:
         if "error" in r:
             print("%-17s FAILED: %s" % (r["mode"], r["error"]), file=out)
             continue
-        print("%-17s %11.0f %9.1f %10.1f %11.4f %9.4f" % (r["mode"], r["tokens_per_s"], r["step_ms"],
-                                                        r["peak_memory_gib"], r["train_loss"], r["val_loss"]),
-              file=out)
+        print("%-17s %11.0f %9.1f %10.1f %10.0f %11.4f %9.4f" % (r["mode"], r["tokens_per_s"], r["step_ms"],
+                                                              r["peak_memory_gib"], r.get("device_memory_mb", 0),
+                                                              r["train_loss"], r["val_loss"]), file=out)
     ratios = {}
     for fp8 in ("blockfp8-compile", "blockfp8-eager", "torchao-compile"):
         for base in ("bf16-compile", "torchao-compile", "bf16-eager"):
