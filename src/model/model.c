@@ -437,6 +437,17 @@ bfp8_status model_forward(model *m, const int32_t *tokens, const int32_t *target
     return model_ops_status(&m->oc);
 }
 
+void model_set_grads_ready(model *m, bfp8_status (*fn)(void *user, float *grads, size_t count), void *user) {
+    m->grads_ready = fn;
+    m->grads_ready_user = user;
+}
+
+/* grads_ready for the gradients of params [lo, hi), if set. */
+static bfp8_status grads_ready(model *m, const float *lo, const float *hi) {
+    if (!m->grads_ready || hi <= lo) return BFP8_OK;
+    return m->grads_ready(m->grads_ready_user, m->grads + (lo - m->params), (size_t)(hi - lo));
+}
+
 bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targets,
                            float loss_scale, int accumulate) {
     const model_config *c = &m->config;
@@ -459,10 +470,16 @@ bfp8_status model_backward(model *m, const int32_t *tokens, const int32_t *targe
     ops->zero_f32(oc, dres, M * D);
     ops->rmsnorm_backward(oc, dres, m->d_final_norm, a->grad_a, a->residual[c->n_layers], m->final_norm, a->final_rstd,
                           M, D);
-    for (int l = c->n_layers - 1; l >= 0; --l) BFP8_TRY(model_block_backward(m, l, dres, accumulate));
+    const int L = c->n_layers;
+    BFP8_TRY(grads_ready(m, m->final_norm, m->params + m->num_params)); /* the final norm and the head */
+    for (int l = L - 1; l >= 0; --l) {
+        BFP8_TRY(model_block_backward(m, l, dres, accumulate));
+        BFP8_TRY(grads_ready(m, m->blocks[l].attn_norm, l + 1 < L ? m->blocks[l + 1].attn_norm : m->final_norm));
+    }
     PROFILE(oc, ELEMENTWISE);
     ops->embedding_backward(oc, m->d_tok_emb, dres, a->tokens, M, D);
     PROFILE(oc, NONE);
+    BFP8_TRY(grads_ready(m, m->params, L > 0 ? m->blocks[0].attn_norm : m->final_norm));
     m->last_batch = m->last_seq = 0; /* the logits are gone */
     return model_ops_status(&m->oc);
 }

@@ -110,7 +110,16 @@ typedef struct model {
     model_linear_scratch linear_scratch;
     head_loss head_layer; /* the head's bf16 copy, logits, dlogits, row losses: in the activation arena */
     int64_t last_batch, last_seq; /* shape of the last forward */
+    /* when set, model_backward reports each part of the gradients as it becomes final (model_set_grads_ready) */
+    bfp8_status (*grads_ready)(void *user, float *grads, size_t count);
+    void *grads_ready_user;
 } model;
+
+/* From the next model_backward on (fn NULL: no more): fn(user, grads, count) as each part of m->grads is final,
+ * in contiguous runs enqueued on the context's stream before the call: the final norm and the head first, then
+ * each block's tensors from the last block to the first, then the embedding. For a data-parallel reduction
+ * that overlaps the rest of the backward (set it for the last micro-batch of a step only). */
+void model_set_grads_ready(model *m, bfp8_status (*fn)(void *user, float *grads, size_t count), void *user);
 
 bfp8_status model_create(model **out, bfp8_context *ctx, const model_config *config,
                          const model_options *options);

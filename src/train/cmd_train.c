@@ -75,6 +75,10 @@ int cmd_train(int argc, char **argv) {
         {"zero", CLI_INT, &o.zero, "STAGE",
          "1: ZeRO-1, each data-parallel rank keeps the AdamW moments of its 1/N of the weights (gradients "
          "reduce-scattered, weights all-gathered); 0: off (default)", .min = 0, .max = 1},
+        {"overlap-reduce", CLI_INT, &o.overlap_reduce, "0|1",
+         "data parallelism on cuda without ZeRO: 1 (default) averages each block's gradients over NCCL as soon as "
+         "its backward has made them, overlapped with the rest of the backward; 0: one all-reduce after it",
+         .min = 0, .max = 1},
         {"flash-attention", CLI_FLAG, &o.flash_attention, NULL,
          .help = "--device cuda, head_dim 64 or 128: attention without stored probabilities, its products in bf16 "
                  "on the tensor cores (default: fp32 products, probabilities kept)"},

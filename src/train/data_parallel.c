@@ -249,6 +249,16 @@ bfp8_status dp_connect(dp_group *g, bfp8_context *ctx, size_t max_floats) {
         ncclComm_t comm;
         BFP8_TRY(nccl_check(ncclCommInitRank(&comm, g->world, id, g->rank), "ncclCommInitRank"));
         g->nccl = comm;
+        cudaStream_t stream;
+        cudaEvent_t compute_done, comm_done;
+        if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess)
+            return bfp8_fail(BFP8_ERR_CUDA, "data parallel: no communication stream");
+        g->comm_stream = stream;
+        if (cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming) != cudaSuccess ||
+            cudaEventCreateWithFlags(&comm_done, cudaEventDisableTiming) != cudaSuccess)
+            return bfp8_fail(BFP8_ERR_CUDA, "data parallel: no events");
+        g->compute_done = compute_done;
+        g->comm_done = comm_done;
         return BFP8_OK;
 #else
         (void)max_floats;
@@ -308,6 +318,32 @@ bfp8_status dp_allreduce_mean(dp_group *g, float *data, size_t n) {
     shared_barrier(g);
     memcpy(data, result, n * sizeof *data);
     shared_barrier(g); /* the result stays put until everyone has it */
+    return BFP8_OK;
+}
+
+bfp8_status dp_allreduce_mean_start(dp_group *g, float *data, size_t n) {
+    if (!on_gpu(g)) return bfp8_fail(BFP8_ERR_UNSUPPORTED, "data parallel: overlapped reductions need CUDA ranks");
+#ifdef BFP8_WITH_NCCL
+    const cudaStream_t compute = (cudaStream_t)g->ctx->stream, comm = (cudaStream_t)g->comm_stream;
+    if (cudaEventRecord((cudaEvent_t)g->compute_done, compute) != cudaSuccess ||
+        cudaStreamWaitEvent(comm, (cudaEvent_t)g->compute_done, 0) != cudaSuccess)
+        return bfp8_fail(BFP8_ERR_CUDA, "data parallel: ordering a reduction after the backward");
+    ++g->pending;
+    return nccl_check(ncclAllReduce(data, data, n, ncclFloat, ncclAvg, (ncclComm_t)g->nccl, comm), "ncclAllReduce");
+#else
+    (void)data, (void)n;
+    return bfp8_fail(BFP8_ERR_UNSUPPORTED, "data parallel: no NCCL in this build");
+#endif
+}
+
+bfp8_status dp_allreduce_wait(dp_group *g) {
+    if (!g->pending) return BFP8_OK;
+#ifdef BFP8_WITH_NCCL
+    g->pending = 0;
+    if (cudaEventRecord((cudaEvent_t)g->comm_done, (cudaStream_t)g->comm_stream) != cudaSuccess ||
+        cudaStreamWaitEvent((cudaStream_t)g->ctx->stream, (cudaEvent_t)g->comm_done, 0) != cudaSuccess)
+        return bfp8_fail(BFP8_ERR_CUDA, "data parallel: waiting for the reductions");
+#endif
     return BFP8_OK;
 }
 
@@ -404,8 +440,13 @@ bfp8_status dp_all_gather(dp_group *g, float *data, size_t n) {
 
 void dp_close(dp_group *g) {
 #ifdef BFP8_WITH_NCCL
+    if (g->comm_stream) cudaStreamSynchronize((cudaStream_t)g->comm_stream);
     if (g->nccl) ncclCommDestroy((ncclComm_t)g->nccl);
+    if (g->comm_stream) cudaStreamDestroy((cudaStream_t)g->comm_stream);
+    if (g->compute_done) cudaEventDestroy((cudaEvent_t)g->compute_done);
+    if (g->comm_done) cudaEventDestroy((cudaEvent_t)g->comm_done);
 #endif
+    g->comm_stream = g->compute_done = g->comm_done = NULL;
     g->nccl = NULL;
     if (g->slots) munmap(g->slots, (size_t)(g->world + 1) * g->capacity * sizeof(float));
     g->slots = NULL;

@@ -59,6 +59,9 @@ typedef struct dp_group {
     size_t capacity;
     bfp8_context *ctx;   /* dp_connect's */
     void *nccl;          /* CUDA: ncclComm_t */
+    /* CUDA: the stream the overlapped reductions run on, and the events between it and the context's */
+    void *comm_stream, *compute_done, *comm_done; /* cudaStream_t, cudaEvent_t, cudaEvent_t */
+    int pending;         /* reductions started since the last dp_allreduce_wait */
 } dp_group;
 
 /* Fork `world` workers (1..DP_MAX_RANKS). Returns 0 in each worker, with
@@ -86,6 +89,14 @@ bfp8_status dp_connect(dp_group *g, bfp8_context *ctx, size_t max_floats);
 /* data (n floats in the context's memory) := the mean over the ranks of
  * their data; the same result on every rank. */
 bfp8_status dp_allreduce_mean(dp_group *g, float *data, size_t n);
+/* CUDA: the same for a part of the gradients, overlapped with the work that
+ * follows: it starts on the communication stream once what the context's
+ * stream holds so far is done (a block's backward, say), while that stream
+ * goes on. dp_allreduce_wait makes the context's stream wait for every
+ * reduction started since the last wait. The same sums as one
+ * dp_allreduce_mean over the whole, element by element. */
+bfp8_status dp_allreduce_mean_start(dp_group *g, float *data, size_t n);
+bfp8_status dp_allreduce_wait(dp_group *g);
 
 /* data (n floats in the context's memory) := rank 0's data. */
 bfp8_status dp_broadcast(dp_group *g, float *data, size_t n);

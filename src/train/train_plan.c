@@ -39,6 +39,7 @@ void train_options_init(train_options *o) {
     o->prompt = "\n";
     o->steps = o->batch = o->seq = o->warmup = o->vocab_size = o->eval_every = -1;
     o->grad_accum = 1;
+    o->overlap_reduce = 1;
     o->eval_batches = 4;
     o->checkpoint_every = -1;
     o->log_every = 10;

@@ -8,14 +8,24 @@
 #include "internal.h"
 #include "model/model_profile.h"
 
+static bfp8_status reduce_started(void *group, float *grads, size_t count) {
+    return dp_allreduce_mean_start(group, grads, count);
+}
+
+void train_step_last_backward(const train_step_ranks *t, model *m, int last) {
+    if (t->overlap) model_set_grads_ready(m, last ? reduce_started : NULL, last ? t->dp : NULL);
+}
+
 bfp8_status train_step_exchange(const train_step_ranks *t, model *m, double *loss_sum, int *stop_signal) {
     if (!t->dp) return BFP8_OK;
     double sums[2] = {*loss_sum, *stop_signal != 0};
     if (t->zero) {
         BFP8_TRY(zero_reduce_gradients(t->zero));
     } else {
+        /* (with overlap, what is left of the reductions once the backward is done) */
         model_profile_mark(&m->oc, MODEL_PROFILE_COMMUNICATION);
-        const bfp8_status st = dp_allreduce_mean(t->dp, m->grads, m->num_params);
+        const bfp8_status st =
+            t->overlap ? dp_allreduce_wait(t->dp) : dp_allreduce_mean(t->dp, m->grads, m->num_params);
         model_profile_mark(&m->oc, MODEL_PROFILE_NONE);
         BFP8_TRY(st);
     }

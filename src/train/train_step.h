@@ -14,9 +14,16 @@
 typedef struct train_step_ranks {
     dp_group *dp;         /* NULL: one process */
     zero_optimizer *zero; /* NULL: the model's own AdamW */
+    int overlap;          /* plain data parallelism on CUDA ranks: each block's gradients are averaged as soon
+                           * as its backward has made them, overlapped with the rest of the backward */
 } train_step_ranks;
 
-/* The mean gradient over the ranks (ZeRO-1: of this rank's shard), *loss_sum
+/* Before the backward of a step's last micro-batch (last 1) and after it (last 0): with overlap, hands the
+ * backward's finished gradients to the reductions (model_set_grads_ready); else nothing. */
+void train_step_last_backward(const train_step_ranks *t, model *m, int last);
+
+/* The mean gradient over the ranks (ZeRO-1: of this rank's shard; with overlap: the wait for the reductions
+ * the backward started), *loss_sum
  * summed over them and *stop_signal set when any rank has one (SIGTERM for
  * another rank's). Nothing to do for one process. */
 bfp8_status train_step_exchange(const train_step_ranks *t, model *m, double *loss_sum, int *stop_signal);

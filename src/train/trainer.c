@@ -459,7 +459,9 @@ static int train_loop(run_state *r, int64_t start_step) {
     const int64_t tokens_per_step = B * T * A * r->world;
     const adamw_hparams base = {.lr = o->lr, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f,
                                 .weight_decay = o->weight_decay};
-    const train_step_ranks ranks = {r->data_parallel ? &r->dp : NULL, r->zero ? &r->zero_opt : NULL};
+    const int overlap = r->data_parallel && !r->zero && o->overlap_reduce &&
+                        bfp8_context_backend(r->ctx) == BFP8_BACKEND_CUDA;
+    const train_step_ranks ranks = {r->data_parallel ? &r->dp : NULL, r->zero ? &r->zero_opt : NULL, overlap};
     double train_seconds = 0.0, last_loss = NAN;
     int64_t steps_timed = 0;
     if (start_step >= last_step) {
@@ -489,8 +491,10 @@ static int train_loop(run_state *r, int64_t start_step) {
             if (!isfinite(loss))
                 return report_failure(r, "step %lld: the loss is %s", (long long)step,
                                       isnan(loss) ? "NaN" : "infinite");
-            if (model_backward(m, r->inputs, r->targets, 1.0f / (float)A, micro > 0) != BFP8_OK ||
-                model_check_nonfinite(m) != BFP8_OK)
+            train_step_last_backward(&ranks, m, micro == A - 1);
+            const bfp8_status backward = model_backward(m, r->inputs, r->targets, 1.0f / (float)A, micro > 0);
+            train_step_last_backward(&ranks, m, 0);
+            if (backward != BFP8_OK || model_check_nonfinite(m) != BFP8_OK)
                 return report_failure(r, "step %lld: %s", (long long)step, bfp8_last_error());
             loss_sum += loss;
         }

@@ -33,6 +33,7 @@ typedef struct train_options {
     int64_t data_parallel; /* ranks (worker processes); -1: none, one process */
     int data_parallel_given;
     int64_t zero;          /* ZeRO stage: 0 off, 1 the AdamW moments sharded over the ranks (zero_optimizer.h) */
+    int64_t overlap_reduce; /* 1: CUDA data parallelism reduces each block's gradients during the backward */
 } train_options;
 
 /* Everything unset: the preset fills it in. */

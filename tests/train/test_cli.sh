@@ -40,7 +40,8 @@
 #   moe_cuda moe-tiny on the GPU (exit 77 without one): its losses within 2% of the CPU's in each
 #            recipe; stop + resume bit-identical on the GPU
 #   dp_cuda  --data-parallel --device cuda over NCCL (exit 77 without a GPU):
-#            one rank bit-identical to the plain GPU run, --zero 1 on one
+#            one rank bit-identical to the plain GPU run, with the
+#            reductions overlapped with the backward or not, --zero 1 on one
 #            rank with the same losses; with 2 GPUs, the checks of `dp` and
 #            `zero` on the GPUs
 #   zero     --zero 1 on CPU ranks: the losses of plain data parallelism (2
@@ -593,6 +594,12 @@ data_parallel_checks() {
         --checkpoint-dir "${tag}dp1" || return
     grep -qF "data parallel over" out.txt || fail "$tag: the banner does not say data parallel: $(head -n 3 out.txt)"
     same_file "$tag: one rank is bit-identical to no data parallelism" "${tag}plain/checkpoint.bin" "${tag}dp1/checkpoint.bin"
+    if [[ $kind == cuda ]]; then
+        expect_ok "$tag: --data-parallel 1 --overlap-reduce 0, 4 steps" train "${common[@]}" "${dev[@]}" \
+            --data-parallel 1 --overlap-reduce 0 --steps 4 --checkpoint-dir "${tag}dp1after" || return
+        same_file "$tag: reductions overlapped with the backward = one after it" "${tag}dp1/checkpoint.bin" \
+            "${tag}dp1after/checkpoint.bin"
+    fi
     [[ $kind == cuda && ${gpus:-0} -lt 2 ]] && { echo "SKIP: 2-rank GPU checks: ${gpus:-0} GPU(s) here"; return; }
     local one=(--batch 2) two=(--batch 1 --data-parallel 2)
     expect_ok "$tag: 1 rank x batch 2, 6 steps" train "${common[@]}" "${dev[@]}" "${one[@]}" --steps 6 \
@@ -601,6 +608,12 @@ data_parallel_checks() {
         --checkpoint-dir "${tag}r2" || return
     grep -qF "x 2 ranks" out.txt || fail "$tag: the run line does not say 2 ranks: $(grep '^run:' out.txt)"
     losses_close "$tag: 2 ranks x batch 1 track 1 rank x batch 2" "${tag}b2/metrics.jsonl" "${tag}r2/metrics.jsonl" 6
+    if [[ $kind == cuda ]]; then
+        expect_ok "$tag: 2 ranks, --overlap-reduce 0" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 \
+            --overlap-reduce 0 --checkpoint-dir "${tag}r2after" || return
+        losses_same "$tag: 2 ranks, overlapped reductions = one after the backward" "${tag}r2/metrics.jsonl" \
+            "${tag}r2after/metrics.jsonl"
+    fi
     expect_ok "$tag: 2 ranks stopped at step 3" train "${common[@]}" "${dev[@]}" "${two[@]}" --steps 6 --stop-at 3 \
         --checkpoint-dir "${tag}r2part" || return
     expect_ok "$tag: resumed (ranks from the checkpoint)" train --data corpus.txt --tokenizer tok.bin --sample-tokens 0 \
