@@ -13,6 +13,24 @@
 
 namespace bfp8_quant {
 
+/* A launch of a CTA per tile (the kernels walk what is past INT32_MAX) on ctx's stream, a programmatic
+ * dependent launch when the context's BFP8_OPTION_QUANTIZE_PDL is on (its attribute in *pdl). */
+static inline cudaLaunchConfig_t tile_launch_config(const bfp8_context *ctx, int64_t num_tiles, int smem,
+                                                    cudaLaunchAttribute *pdl) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3((unsigned)(num_tiles < INT32_MAX ? num_tiles : INT32_MAX));
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = (size_t)smem;
+    config.stream = bfp8_stream_of(ctx);
+    pdl->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl->val.programmaticStreamSerializationAllowed = 1;
+    if (ctx->quantize_pdl) {
+        config.attrs = pdl;
+        config.numAttrs = 1;
+    }
+    return config;
+}
+
 /* Launch quantize_tiles_kernel on ctx's stream, a CTA per tile. The shared
  * memory attribute is set (and the kernel's fit checked) once per device.
  * The context's options (bfp8_context_set_option), both on by default:
@@ -47,18 +65,8 @@ bfp8_status launch_quantize_tiles(bfp8_context *ctx, const tile_args &args, cons
         BFP8_TRY(bfp8_cuda_tensor_map_2d(&tmap_x, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, args.x, (uint64_t)args.cols,
                                          (uint64_t)args.rows, (uint64_t)args.x_ld * sizeof(In), kTile, kTile,
                                          CU_TENSOR_MAP_SWIZZLE_NONE, "x"));
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)(args.num_tiles < INT32_MAX ? args.num_tiles : INT32_MAX)); /* walks the rest */
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = (size_t)smem;
-    config.stream = bfp8_stream_of(ctx);
-    cudaLaunchAttribute pdl[1];
-    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl[0].val.programmaticStreamSerializationAllowed = 1;
-    if (ctx->quantize_pdl) {
-        config.attrs = pdl;
-        config.numAttrs = 1;
-    }
+    cudaLaunchAttribute pdl;
+    const cudaLaunchConfig_t config = tile_launch_config(ctx, args.num_tiles, smem, &pdl);
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, warmed, tmap_x));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;

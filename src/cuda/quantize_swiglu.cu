@@ -130,18 +130,8 @@ bfp8_status launch(bfp8_context *ctx, const swiglu_args &s) {
     BFP8_CUDA_TRY(cudaSetDevice(ctx->device));
     BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     if (s.out.num_tiles == 0) return BFP8_OK;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3((unsigned)(s.out.num_tiles < INT32_MAX ? s.out.num_tiles : INT32_MAX));
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = (size_t)smem;
-    config.stream = bfp8_stream_of(ctx);
-    cudaLaunchAttribute pdl[1];
-    pdl[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl[0].val.programmaticStreamSerializationAllowed = 1;
-    if (ctx->quantize_pdl) {
-        config.attrs = pdl;
-        config.numAttrs = 1;
-    }
+    cudaLaunchAttribute pdl;
+    const cudaLaunchConfig_t config = tile_launch_config(ctx, s.out.num_tiles, smem, &pdl);
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, s));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
