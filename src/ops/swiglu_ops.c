@@ -37,8 +37,9 @@ bfp8_status bfp8_swiglu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *gat
     BFP8_TRY(check_out(ctx, out_rows, tokens, hidden, "bfp8_swiglu_quantize_1x128: out_rows"));
     BFP8_TRY(check_out(ctx, out_cols, hidden, tokens, "bfp8_swiglu_quantize_1x128: out_cols"));
     BFP8_TRY(bfp8_check_quantize_options(ctx, options, fn));
-    return ctx->backend == BFP8_BACKEND_CUDA ? bfp8_cuda_swiglu_quantize_1x128(ctx, gate_up, out_rows, out_cols, options)
-                                             : bfp8_cpu_swiglu_quantize_1x128(ctx, gate_up, out_rows, out_cols, options);
+    if (ctx->backend == BFP8_BACKEND_CUDA)
+        return bfp8_cuda_swiglu_quantize_1x128(ctx, gate_up, out_rows, out_cols, options);
+    return bfp8_cpu_swiglu_quantize_1x128(ctx, gate_up, out_rows, out_cols, options);
 }
 
 bfp8_status bfp8_swiglu_backward_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *dout,

@@ -2,9 +2,10 @@
  * test_swiglu_quantize.c - SwiGLU fused with the 1x128 quantizer
  * (bfp8_swiglu_quantize_1x128, bfp8_swiglu_backward_quantize_1x128;
  * internal.h) against the unfused passes of the same backend, bit for bit:
- * the model's bf16 SwiGLU op of the backend (model_ops.h), then bfp8_quantize_1x128 of what it wrote. Ragged token and hidden
- * counts, zero blocks, outliers, wide ranges and non-finite values (the
- * flag must rise exactly when the unfused quantizer's does); bad input.
+ * the model's bf16 SwiGLU op of the backend (model_ops.h), then
+ * bfp8_quantize_1x128 of what it wrote. Ragged token and hidden counts,
+ * zero blocks, outliers, wide ranges and non-finite values (the flag must
+ * rise exactly when the unfused quantizer's does); bad input.
  * The CPU half always runs, the CUDA half where a device is.
  */
 #include <stdio.h>
