@@ -317,8 +317,11 @@ def report(results, out=sys.stdout):
     return ratios
 
 
-def main():
-    args = parse_args()
+def drive(args, run_mode, summary, report, stem):
+    """The driver of an end-to-end bench (this file's, moe_e2e.py's): in a child (--mode-json), run_mode(args,
+    mode) of its one mode into that file; else every mode of --modes in a process of its own (in this one with
+    --in-process), summary(mode, result) printed for each, report(results) at the end, --json written. Exit
+    code 0 when every mode ran and ended with a finite loss and no non-finite value."""
     if args.mode_json:  # a child: one mode
         mode = args.modes
         try:
@@ -340,14 +343,14 @@ def main():
             except Exception as e:  # noqa: BLE001
                 result = {"mode": mode, "error": "%s: %s" % (type(e).__name__, e)}
         else:
-            path = "%s.%s.%d.json" % (args.json or os.path.join("/tmp", "llama_e2e"), mode, os.getpid())
+            path = "%s.%s.%d.json" % (args.json or os.path.join("/tmp", stem), mode, os.getpid())
             child, rest = [], iter(sys.argv[1:])
             for a in rest:  # every argument but --modes
                 if a == "--modes":
                     next(rest, None)
                 elif not a.startswith("--modes="):
                     child.append(a)
-            child = [sys.executable, os.path.abspath(__file__), "--modes", mode, "--mode-json", path] + child
+            child = [sys.executable, os.path.abspath(sys.argv[0]), "--modes", mode, "--mode-json", path] + child
             rc = subprocess.call(child)
             try:
                 with open(path) as f:
@@ -356,12 +359,7 @@ def main():
             except (OSError, ValueError):
                 result = {"mode": mode, "error": "the process ended with exit code %d and no result" % rc}
         if "error" not in result:
-            print("%s: %.0f tokens/s, step %.1f ms (first steps %s s), peak %.1f GiB, train loss %.4f, val loss "
-                  "%.4f, %.0f s in all%s" % (mode, result["tokens_per_s"], result["step_ms"], result["first_steps_s"],
-                                            result["peak_memory_gib"], result["train_loss"], result["val_loss"],
-                                            time.perf_counter() - start,
-                                            (", NON-FINITE: %s" % result["nonfinite"]) if result["nonfinite"]
-                                            else ""), flush=True)
+            print("%s, %.0f s in all" % (summary(mode, result), time.perf_counter() - start), flush=True)
         else:
             print("%s: FAILED: %s" % (mode, result["error"]), flush=True)
         results.append(result)
@@ -371,6 +369,16 @@ def main():
             json.dump({"results": results, "ratios": ratios}, f, indent=1)
     return 0 if all("error" not in r and not r.get("nonfinite") and math.isfinite(r["train_loss"])
                     for r in results) else 1
+
+
+def summary(mode, r):
+    return ("%s: %.0f tokens/s, step %.1f ms (first steps %s s), peak %.1f GiB, train loss %.4f, val loss %.4f%s"
+            % (mode, r["tokens_per_s"], r["step_ms"], r["first_steps_s"], r["peak_memory_gib"], r["train_loss"],
+               r["val_loss"], (", NON-FINITE: %s" % r["nonfinite"]) if r["nonfinite"] else ""))
+
+
+def main():
+    return drive(parse_args(), run_mode, summary, report, "llama_e2e")
 
 
 if __name__ == "__main__":

@@ -42,10 +42,8 @@ Tokens: a raw little-endian uint16 file of token ids (prepare_tokens.sh).
 Exit code: 0 when every mode ran, 1 otherwise.
 """
 import argparse
-import json
 import math
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -464,58 +462,16 @@ def report(results, out=sys.stdout):
     return ratios
 
 
+def summary(mode, r):
+    return ("%s: %.0f tokens/s, step %.1f ms (first steps %s s), peak %.1f GiB, train loss %.4f, val loss %.4f, "
+            "load %.2f, experts by %s" % (mode, r["tokens_per_s"], r["step_ms"], r["first_steps_s"],
+                                          r["peak_memory_gib"], r["train_loss"], r["val_loss"], r["final_load"],
+                                          r["experts"]))
+
+
 def main():
-    args = parse_args()
-    if args.mode_json:  # a child: one mode
-        mode = args.modes
-        try:
-            result = run_mode(args, mode)
-        except Exception as e:  # noqa: BLE001
-            import traceback
-            traceback.print_exc()
-            result = {"mode": mode, "error": "%s: %s" % (type(e).__name__, str(e).splitlines()[0] if str(e) else "")}
-        with open(args.mode_json, "w") as f:
-            json.dump(result, f)
-        return 0 if "error" not in result else 1
-    results = []
-    for mode in args.modes.split(","):
-        print("=== %s" % mode, flush=True)
-        start = time.perf_counter()
-        if args.in_process:
-            try:
-                result = run_mode(args, mode)
-            except Exception as e:  # noqa: BLE001
-                result = {"mode": mode, "error": "%s: %s" % (type(e).__name__, e)}
-        else:
-            path = "%s.%s.%d.json" % (args.json or os.path.join("/tmp", "moe_e2e"), mode, os.getpid())
-            child, rest = [], iter(sys.argv[1:])
-            for a in rest:  # every argument but --modes
-                if a == "--modes":
-                    next(rest, None)
-                elif not a.startswith("--modes="):
-                    child.append(a)
-            child = [sys.executable, os.path.abspath(__file__), "--modes", mode, "--mode-json", path] + child
-            rc = subprocess.call(child)
-            try:
-                with open(path) as f:
-                    result = json.load(f)
-                os.remove(path)
-            except (OSError, ValueError):
-                result = {"mode": mode, "error": "the process ended with exit code %d and no result" % rc}
-        if "error" not in result:
-            print("%s: %.0f tokens/s, step %.1f ms (first steps %s s), peak %.1f GiB, train loss %.4f, val loss "
-                  "%.4f, load %.2f, experts by %s, %.0f s in all" % (
-                      mode, result["tokens_per_s"], result["step_ms"], result["first_steps_s"],
-                      result["peak_memory_gib"], result["train_loss"], result["val_loss"], result["final_load"],
-                      result["experts"], time.perf_counter() - start), flush=True)
-        else:
-            print("%s: FAILED: %s" % (mode, result["error"]), flush=True)
-        results.append(result)
-    ratios = report(results)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"results": results, "ratios": ratios}, f, indent=1)
-    return 0 if all("error" not in r and math.isfinite(r["train_loss"]) for r in results) else 1
+    from llama_e2e import drive  # (this script's folder is on the path)
+    return drive(parse_args(), run_mode, summary, report, "moe_e2e")
 
 
 if __name__ == "__main__":
