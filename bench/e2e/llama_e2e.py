@@ -205,32 +205,9 @@ def run_mode(args, mode):
         optimizer.zero_grad(set_to_none=True)
         return loss.detach(), norm.detach()
 
-    losses, norms, first_steps_s = [], [], []
-    timer = None
-    wall = time.perf_counter()
-    for i in range(1, args.steps + 1):
-        if i == args.timed_from:
-            if cuda:
-                timer = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                timer[0].record()
-            t_start = time.perf_counter()
-        t0 = time.perf_counter()
-        loss, norm = step(i)
-        losses.append(loss)
-        norms.append(norm)
-        if i <= 3:
-            if cuda:
-                torch.cuda.synchronize()
-            first_steps_s.append(round(time.perf_counter() - t0, 2))
-    if cuda:
-        timer[1].record()
-        timer[1].synchronize()
-        timed_s = timer[0].elapsed_time(timer[1]) / 1e3
-    else:
-        timed_s = time.perf_counter() - t_start
-    train_s = time.perf_counter() - wall
-    losses = torch.stack(losses).float().cpu().tolist()
-    norms = torch.stack(norms).float().cpu().tolist()
+    outputs, first_steps_s, timed_s, train_s = run_steps_timed(torch, step, args.steps, args.timed_from, cuda)
+    losses = torch.stack([o[0] for o in outputs]).float().cpu().tolist()
+    norms = torch.stack([o[1] for o in outputs]).float().cpu().tolist()
     peak = torch.cuda.max_memory_allocated() if cuda else 0
     in_use = 0  # what the run holds on the GPU at the end (the caching allocator's reserve, modules, workspaces)
     if cuda:
@@ -264,6 +241,36 @@ def run_mode(args, mode):
         "nonfinite": nonfinite, "device": torch.cuda.get_device_name(device) if cuda else "cpu",
         "torch": torch.__version__,
     }
+
+
+def run_steps_timed(torch, step, steps, timed_from, cuda, log=None):
+    """step(i) for i = 1..steps, steps timed_from..steps timed by CUDA events (the wall clock on the CPU), no
+    synchronization among them. Returns each step's outputs (left on the device), the first three steps' seconds
+    (each synchronized), the timed seconds and the whole loop's. log(i, outputs) is called for the steps before
+    timed_from only (printing a value synchronizes)."""
+    outputs, first_steps_s = [], []
+    timer, wall = None, time.perf_counter()
+    for i in range(1, steps + 1):
+        if i == timed_from:
+            if cuda:
+                timer = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                timer[0].record()
+            t_start = time.perf_counter()
+        t0 = time.perf_counter()
+        outputs.append(step(i))
+        if i <= 3:
+            if cuda:
+                torch.cuda.synchronize()
+            first_steps_s.append(round(time.perf_counter() - t0, 2))
+        if log and i < timed_from:
+            log(i, outputs[-1])
+    if cuda:
+        timer[1].record()
+        timer[1].synchronize()
+        timed_s = timer[0].elapsed_time(timer[1]) / 1e3
+    else:
+        timed_s = time.perf_counter() - t_start
+    return outputs, first_steps_s, timed_s, time.perf_counter() - wall
 
 
 def profile_kernels(torch, step, last_step, count, cuda):

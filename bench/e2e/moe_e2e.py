@@ -331,7 +331,7 @@ def init_weights(model, seed, c_trainer, torch, llama, chunk=1 << 24):
 def run_mode(args, mode):
     import torch
     import llama
-    from llama_e2e import Batches, load_tokens
+    from llama_e2e import Batches, load_tokens, run_steps_timed
 
     device = torch.device(args.device)
     cuda = device.type == "cuda"
@@ -385,36 +385,13 @@ def run_mode(args, mode):
         load = torch.stack([m.balance_step(config.bias_update_rate) for m in moes]).max()
         return loss.detach(), norm.detach(), load
 
-    losses, norms, loads, first_steps_s = [], [], [], []
-    timer = None
-    wall = time.perf_counter()
-    for i in range(1, args.steps + 1):
-        if i == args.timed_from:
-            if cuda:
-                timer = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                timer[0].record()
-            t_start = time.perf_counter()
-        t0 = time.perf_counter()
-        loss, norm, load = step(i)
-        losses.append(loss)
-        norms.append(norm)
-        loads.append(load)
-        if i <= 3:
-            if cuda:
-                torch.cuda.synchronize()
-            first_steps_s.append(round(time.perf_counter() - t0, 2))
-        if i < args.timed_from and i % args.log_every == 0:
-            print("step %5d | loss %.4f | load %.2f" % (i, loss.item(), load.item()), flush=True)
-    if cuda:
-        timer[1].record()
-        timer[1].synchronize()
-        timed_s = timer[0].elapsed_time(timer[1]) / 1e3
-    else:
-        timed_s = time.perf_counter() - t_start
-    train_s = time.perf_counter() - wall
-    losses = torch.stack(losses).float().cpu().tolist()
-    norms = torch.stack(norms).float().cpu().tolist()
-    loads = torch.stack(loads).float().cpu().tolist()
+    def log(i, out):
+        if i % args.log_every == 0:
+            print("step %5d | loss %.4f | load %.2f" % (i, out[0].item(), out[2].item()), flush=True)
+
+    outputs, first_steps_s, timed_s, train_s = run_steps_timed(torch, step, args.steps, args.timed_from, cuda, log)
+    losses, norms, loads = ([float(v) for v in torch.stack([o[k] for o in outputs]).float().cpu().tolist()]
+                            for k in range(3))
     for i in range(args.timed_from, args.steps + 1):  # the timed steps' lines, printed after the timing
         if i % args.log_every == 0 or i == args.steps:
             print("step %5d | loss %.4f | load %.2f" % (i, losses[i - 1], loads[i - 1]))
