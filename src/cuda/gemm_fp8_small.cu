@@ -318,34 +318,33 @@ static void set_operands(SmallArgs &s, const bfp8_qmatrix *x, const bfp8_qmatrix
     s.y_scale_ld = y->scale_ld;
 }
 
-bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
-                              const Params &p) {
+/* The arguments of a call: operands x (its rows the outputs' columns) and y, D and its kind from p. */
+static SmallArgs small_args(const bfp8_qmatrix *x, const bfp8_qmatrix *y, int64_t x_rows, int64_t y_rows,
+                            const Params &p) {
     SmallArgs s = {};
-    set_operands(s, b, a);
+    set_operands(s, x, y);
     s.d = p.d;
     s.ldd = p.ldd;
     s.d_bf16 = p.output_kind == OUTPUT_BF16;
-    s.x_rows = p.n;
-    s.y_rows = p.m;
+    s.x_rows = (int)x_rows;
+    s.y_rows = (int)y_rows;
     s.k = p.k;
     s.num_k_blocks = p.num_k_blocks;
+    return s;
+}
+
+bfp8_status launch_small_1d2d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
+                              const Params &p) {
+    SmallArgs s = small_args(b, a, p.n, p.m, p);
     if (p.m <= 8) return launch_small<false, 1>(ctx, s, "gemm 1d2d");
     return launch_small<false, 2>(ctx, s, "gemm 1d2d");
 }
 
 bfp8_status launch_small_1d1d(const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                               const Params &p) {
-    SmallArgs s = {};
-    set_operands(s, a, b);
+    SmallArgs s = small_args(a, b, p.m, p.n, p);
     s.c = p.output_kind == OUTPUT_F32_ACCUMULATE ? p.c : nullptr;
     s.ldc = p.ldc;
-    s.d = p.d;
-    s.ldd = p.ldd;
-    s.d_bf16 = p.output_kind == OUTPUT_BF16;
-    s.x_rows = p.m;
-    s.y_rows = p.n;
-    s.k = p.k;
-    s.num_k_blocks = p.num_k_blocks;
     return launch_small<true, SMALL_1D1D_J>(ctx, s, "gemm 1d1d");
 }
 
