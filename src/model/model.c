@@ -390,7 +390,7 @@ bfp8_status model_sync_weights(model *m) {
         BFP8_TRY(model_linear_set_weight(&blk->qkv));
         BFP8_TRY(model_linear_set_weight(&blk->out));
         if (blk->moe) {
-            BFP8_TRY(model_moe_sync(blk->moe));
+            BFP8_TRY(model_moe_sync(m, blk->moe));
             continue;
         }
         BFP8_TRY(model_linear_set_weight(&blk->gate_up));

@@ -102,7 +102,8 @@ void model_moe_release(model_block *blk) {
     blk->moe = NULL;
 }
 
-bfp8_status model_moe_sync(model_moe_block *b) {
+bfp8_status model_moe_sync(model *m, model_moe_block *b) {
+    PROFILE(&m->oc, MOE);
     if (b->bias) { /* the arena's bias (a checkpoint's, rank 0's, a balancing step's) */
         BFP8_TRY(bfp8_copy_to_host(b->ctx, b->bias_host, b->bias, (size_t)b->num_experts * sizeof *b->bias));
         BFP8_TRY(bfp8_moe_set_bias(b->layer, b->bias_host));
@@ -112,7 +113,7 @@ bfp8_status model_moe_sync(model_moe_block *b) {
 
 bfp8_status model_moe_forward(model *m, model_moe_block *b, const float *x, int64_t tokens, float *out,
                               const float *residual) {
-    PROFILE(&m->oc, LINEAR);
+    PROFILE(&m->oc, MOE);
     BFP8_TRY(bfp8_moe_forward(b->layer, x, tokens, out));
     PROFILE(&m->oc, ELEMENTWISE);
     m->ops->add_f32(&m->oc, out, residual, tokens * m->config.dim);
@@ -120,7 +121,7 @@ bfp8_status model_moe_forward(model *m, model_moe_block *b, const float *x, int6
 }
 
 bfp8_status model_moe_backward(model *m, model_moe_block *b, const float *dy, float *dx, int accumulate) {
-    PROFILE(&m->oc, LINEAR);
+    PROFILE(&m->oc, MOE);
     BFP8_TRY(bfp8_moe_backward(b->layer, dy, dx, &b->grads, accumulate));
     int64_t dropped = 0;
     BFP8_TRY(bfp8_moe_last_routing(b->layer, b->routed, &dropped));

@@ -63,7 +63,7 @@ bfp8_status model_moe_init(model *m, int layer, int *tensor);
 void model_moe_release(model_block *blk); /* no MoE block is fine */
 
 /* After a change of the parameters: the layer takes the weights and the bias. */
-bfp8_status model_moe_sync(model_moe_block *b);
+bfp8_status model_moe_sync(model *m, model_moe_block *b);
 
 /* out = residual + moe(x), tokens x dim; x may change after the call. */
 bfp8_status model_moe_forward(model *m, model_moe_block *b, const float *x, int64_t tokens, float *out,

@@ -23,7 +23,8 @@ struct model_profile {
 };
 
 static const char *const class_names[MODEL_PROFILE_NUM_CLASSES] = {
-    "linear (GEMMs + quantizers)", "attention", "norms and elementwise", "head + loss", "optimizer", "communication"};
+    "linear (GEMMs + quantizers)", "attention", "norms and elementwise", "head + loss", "optimizer", "communication",
+    "mixture of experts"};
 
 const char *model_profile_class_name(model_profile_class c) {
     return (int)c >= 0 && (int)c < MODEL_PROFILE_NUM_CLASSES ? class_names[c] : "none";

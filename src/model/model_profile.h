@@ -17,7 +17,10 @@
  * bf16 conversions, zeroing the gradients; "head + loss": the output head's
  * fp32 products and transpose, the cross-entropy; "optimizer": AdamW and the
  * gradient norm; "communication": what the trainer marks around its
- * gradient all-reduce (0 without data parallelism).
+ * gradient all-reduce (0 without data parallelism); "mixture of experts":
+ * the MoE feed-forward blocks (bfp8_moe forward and backward: router,
+ * permutation, grouped GEMMs, SwiGLU, combine; its weights' re-quantization
+ * after a step; 0 for dense models).
  */
 #ifndef BFP8_MODEL_MODEL_PROFILE_H
 #define BFP8_MODEL_MODEL_PROFILE_H
@@ -39,6 +42,7 @@ typedef enum model_profile_class {
     MODEL_PROFILE_HEAD_LOSS,
     MODEL_PROFILE_OPTIMIZER,
     MODEL_PROFILE_COMMUNICATION,
+    MODEL_PROFILE_MOE,
     MODEL_PROFILE_NUM_CLASSES,
     MODEL_PROFILE_NONE = MODEL_PROFILE_NUM_CLASSES
 } model_profile_class;

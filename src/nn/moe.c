@@ -2,13 +2,20 @@
  * moe.c - bfp8_moe: a mixture-of-experts SwiGLU layer written over the
  * public ops only (as linear.c), so one code path serves both backends.
  *
- * Forward: router logits (bf16 GEMM, fp32 out) -> bfp8_moe_route (scores,
- * top-k, weights) -> bfp8_moe_dispatch (offsets, slot <-> row tables) -> the
- * offsets to the host -> per kind of expert (the E routed ones, the shared
- * one as a single group that every token enters with weight 1):
- * permute (+ 1x128 rows of the fp8 recipes fused) -> gate|up GEMM -> SwiGLU
- * -> down GEMM -> combine into y. Backward runs the same in reverse; the
- * router's gradient comes from the combine's weight gradient.
+ * Forward: x to bf16 -> router logits (bf16 GEMM, fp32 out) ->
+ * bfp8_moe_route (scores, top-k, weights) -> bfp8_moe_dispatch (offsets,
+ * slot <-> row tables) -> the offsets to the host -> per kind of expert (the
+ * E routed ones, the shared one as a single group that every token enters
+ * with weight 1): permute the bf16 x (+ 1x128 rows of the fp8 recipes fused)
+ * -> gate|up GEMM -> SwiGLU -> down GEMM -> combine into y. Backward runs the
+ * same in reverse; the router's gradient comes from the combine's weight
+ * gradient.
+ *
+ * The permuted activations are bf16. In fp8-blockwise, gate|up and dh are
+ * bf16 too, and SwiGLU and its backward are fused with the quantizers after
+ * them (bfp8_swiglu_quantize_1x128, bfp8_swiglu_backward_quantize_1x128):
+ * h and dgu exist only as their fp8 layouts. The other recipes keep gate|up
+ * and dh in fp32 (their bf16 h and dgu feed bf16 GEMMs).
  */
 #include <math.h>
 #include <stdio.h>
@@ -32,8 +39,9 @@ typedef struct ffn {
     /* fp8: W13 (G 2F x H), the W13_g^T stacked (G H x 2F), W2 (G H x F), the W2_g^T stacked (G F x H) */
     qbuffer w13_q, w13t_q, w2_q, w2t_q;
     uint16_t *w13_bf16, *w2_bf16;       /* bf16 recipe */
-    void *xp, *h, *dyp, *dgu;           /* permuted activations: f32 in fp8-blockwise, else bf16 */
-    float *gu, *yp, *dh;                /* yp holds dxp in backward */
+    uint16_t *xp, *dyp, *h, *dgu;       /* permuted activations, bf16 (h, dgu: not in fp8-blockwise) */
+    void *gu, *dh;                      /* bf16 in fp8-blockwise, else f32 */
+    float *yp;                          /* holds dxp in backward */
     qbuffer xp_q, xpt_q, h_q, ht_q, dyp_q, dypt_q, dgu_q, dgut_q;
 } ffn;
 
@@ -56,7 +64,9 @@ struct bfp8_moe {
 
 static int is_fp8(const bfp8_moe *m) { return m->cfg.recipe != BFP8_RECIPE_BF16; }
 static int has_fp8_wgrad(const bfp8_moe *m) { return m->cfg.recipe == BFP8_RECIPE_FP8_BLOCKWISE; }
-static bfp8_dtype act_dtype(const bfp8_moe *m) { return has_fp8_wgrad(m) ? BFP8_F32 : BFP8_BF16; }
+/* fp8-blockwise: SwiGLU and its backward fused with the quantizers around them */
+static int fused_swiglu(const bfp8_moe *m) { return has_fp8_wgrad(m); }
+static bfp8_dtype gu_dtype(const bfp8_moe *m) { return fused_swiglu(m) ? BFP8_BF16 : BFP8_F32; }
 
 static bfp8_quantize_options options_for(const bfp8_moe *m, int flag) {
     const bfp8_quantize_options o = {m->cfg.pow2_scales, m->cfg.nonfinite_flags ? m->cfg.nonfinite_flags + flag : NULL};
@@ -111,7 +121,7 @@ static void ffn_free(bfp8_context *ctx, ffn *f) {
 static bfp8_status ffn_alloc(bfp8_moe *m, ffn *f, int groups, int64_t width, int64_t max_rows) {
     bfp8_context *ctx = m->ctx;
     const int64_t H = m->cfg.hidden, F = width, G = groups, P = max_rows;
-    const size_t act = bfp8_dtype_size(act_dtype(m));
+    const size_t gu = bfp8_dtype_size(gu_dtype(m));
     f->groups = groups, f->width = width, f->max_rows = max_rows;
     f->offsets = calloc((size_t)G + 1, sizeof(int64_t));
     if (!f->offsets) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_moe_create: out of host memory");
@@ -134,13 +144,15 @@ static bfp8_status ffn_alloc(bfp8_moe *m, ffn *f, int groups, int64_t width, int
         BFP8_TRY(alloc_q(ctx, &f->dypt_q, H, P, BFP8_GRAN_1X128));
         BFP8_TRY(alloc_q(ctx, &f->dgut_q, 2 * F, P, BFP8_GRAN_1X128));
     }
-    BFP8_TRY(alloc(ctx, &f->xp, (size_t)(P * H) * act));
-    BFP8_TRY(alloc(ctx, &f->h, (size_t)(P * F) * act));
-    BFP8_TRY(alloc(ctx, &f->dyp, (size_t)(P * H) * act));
-    BFP8_TRY(alloc(ctx, &f->dgu, (size_t)(P * 2 * F) * act));
-    BFP8_TRY(alloc(ctx, &f->gu, (size_t)(P * 2 * F) * 4));
+    BFP8_TRY(alloc(ctx, &f->xp, (size_t)(P * H) * 2));
+    BFP8_TRY(alloc(ctx, &f->dyp, (size_t)(P * H) * 2));
+    if (!fused_swiglu(m)) {
+        BFP8_TRY(alloc(ctx, &f->h, (size_t)(P * F) * 2));
+        BFP8_TRY(alloc(ctx, &f->dgu, (size_t)(P * 2 * F) * 2));
+    }
+    BFP8_TRY(alloc(ctx, &f->gu, (size_t)(P * 2 * F) * gu));
     BFP8_TRY(alloc(ctx, &f->yp, (size_t)(P * H) * 4));
-    return alloc(ctx, &f->dh, (size_t)(P * F) * 4);
+    return alloc(ctx, &f->dh, (size_t)(P * F) * gu);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -346,10 +358,9 @@ static bfp8_status run_group_gemms(bfp8_moe *m, const ffn *f, const group_gemm *
 static bfp8_status ffn_forward(bfp8_moe *m, ffn *f, const bfp8_matrix *x, const int32_t *row_slot, int top_k) {
     bfp8_context *ctx = m->ctx;
     const int64_t H = m->cfg.hidden, F = f->width, G = f->groups, P = f->rows;
-    const bfp8_dtype act = act_dtype(m);
     const bfp8_quantize_options o = options_for(m, BFP8_LINEAR_FLAG_X);
-    bfp8_matrix xp = dense(f->xp, act, 0, P, H), gu = dense(f->gu, BFP8_F32, 0, P, 2 * F);
-    bfp8_matrix h = dense(f->h, act, 0, P, F), yp = dense(f->yp, BFP8_F32, 0, P, H);
+    bfp8_matrix xp = dense(f->xp, BFP8_BF16, 0, P, H), gu = dense(f->gu, gu_dtype(m), 0, P, 2 * F);
+    bfp8_matrix h = dense(f->h, BFP8_BF16, 0, P, F), yp = dense(f->yp, BFP8_F32, 0, P, H);
     bfp8_qmatrix xp_q = qview(&f->xp_q, P, H, BFP8_GRAN_1X128, 0), xpt_q = qview(&f->xpt_q, H, P, BFP8_GRAN_1X128, 0);
     bfp8_qmatrix h_q = qview(&f->h_q, P, F, BFP8_GRAN_1X128, 0), ht_q = qview(&f->ht_q, F, P, BFP8_GRAN_1X128, 0);
     BFP8_TRY(bfp8_moe_permute(ctx, x, row_slot, top_k, &xp, is_fp8(m) ? &xp_q : NULL, &o));
@@ -358,8 +369,12 @@ static bfp8_status ffn_forward(bfp8_moe *m, ffn *f, const bfp8_matrix *x, const 
         const bfp8_qmatrix w13 = qview(&f->w13_q, G * 2 * F, H, BFP8_GRAN_128X128, 0);
         const bfp8_qmatrix w2 = qview(&f->w2_q, G * H, F, BFP8_GRAN_128X128, 0);
         BFP8_TRY(bfp8_gemm_1d2d_grouped(ctx, &xp_q, &w13, f->offsets, f->groups, &gu));
-        BFP8_TRY(bfp8_moe_swiglu(ctx, &gu, &h));
-        BFP8_TRY(bfp8_quantize_1x128(ctx, &h, &h_q, has_fp8_wgrad(m) ? &ht_q : NULL, &o));
+        if (fused_swiglu(m)) {
+            BFP8_TRY(bfp8_swiglu_quantize_1x128(ctx, &gu, &h_q, &ht_q, &o));
+        } else {
+            BFP8_TRY(bfp8_moe_swiglu(ctx, &gu, &h));
+            BFP8_TRY(bfp8_quantize_1x128(ctx, &h, &h_q, NULL, &o));
+        }
         return bfp8_gemm_1d2d_grouped(ctx, &h_q, &w2, f->offsets, f->groups, &yp);
     }
     const group_gemm up = {f->xp, f->w13_bf16, f->gu, H, 2 * F, H, 0, 2 * F, 0, 0, 1, 0, 0};
@@ -377,22 +392,23 @@ static bfp8_status ffn_backward(bfp8_moe *m, ffn *f, const bfp8_matrix *dy, cons
                                 bfp8_matrix *dx, int dx_accumulate, float *dw13, float *dw2, int accumulate) {
     bfp8_context *ctx = m->ctx;
     const int64_t H = m->cfg.hidden, F = f->width, G = f->groups, P = f->rows;
-    const bfp8_dtype act = act_dtype(m);
     const bfp8_quantize_options o = options_for(m, BFP8_LINEAR_FLAG_DY);
-    bfp8_matrix dyp = dense(f->dyp, act, 0, P, H), yp = dense(f->yp, BFP8_F32, 0, P, H);
-    bfp8_matrix gu = dense(f->gu, BFP8_F32, 0, P, 2 * F), dh = dense(f->dh, BFP8_F32, 0, P, F);
-    bfp8_matrix dgu = dense(f->dgu, act, 0, P, 2 * F);
+    bfp8_matrix dyp = dense(f->dyp, BFP8_BF16, 0, P, H), yp = dense(f->yp, BFP8_F32, 0, P, H);
+    bfp8_matrix gu = dense(f->gu, gu_dtype(m), 0, P, 2 * F), dh = dense(f->dh, gu_dtype(m), 0, P, F);
+    bfp8_matrix dgu = dense(f->dgu, BFP8_BF16, 0, P, 2 * F);
     bfp8_matrix dw13m = dense(dw13, BFP8_F32, 0, G * 2 * F, H), dw2m = dense(dw2, BFP8_F32, 0, G * H, F);
     bfp8_qmatrix dyp_q = qview(&f->dyp_q, P, H, BFP8_GRAN_1X128, 0);
     bfp8_qmatrix dypt_q = qview(&f->dypt_q, H, P, BFP8_GRAN_1X128, 0);
     bfp8_qmatrix dgu_q = qview(&f->dgu_q, P, 2 * F, BFP8_GRAN_1X128, 0);
     bfp8_qmatrix dgut_q = qview(&f->dgut_q, 2 * F, P, BFP8_GRAN_1X128, 0);
+    /* dyp in bf16; fp8-blockwise quantizes both layouts from it, bf16wgrad its rows from the fp32 products */
+    const int dyp_rows_fused = is_fp8(m) && !has_fp8_wgrad(m);
     BFP8_TRY(bfp8_moe_combine_backward(ctx, dy, d_topk_weight ? &yp : NULL, row_slot, slot_row, weights, top_k, &dyp,
-                                       is_fp8(m) ? &dyp_q : NULL, &o, d_topk_weight));
+                                       dyp_rows_fused ? &dyp_q : NULL, &o, d_topk_weight));
     /* wgrad of the down projection, then its dgrad */
     if (has_fp8_wgrad(m)) {
         const bfp8_qmatrix ht_q = qview(&f->ht_q, F, P, BFP8_GRAN_1X128, 0);
-        BFP8_TRY(bfp8_quantize_1x128(ctx, &dyp, NULL, &dypt_q, &o));
+        BFP8_TRY(bfp8_quantize_1x128(ctx, &dyp, &dyp_q, &dypt_q, &o));
         BFP8_TRY(bfp8_gemm_1d1d_grouped(ctx, &dypt_q, &ht_q, f->offsets, f->groups, accumulate ? &dw2m : NULL, &dw2m));
     } else {
         const group_gemm wg = {f->dyp, f->h, dw2, H, 0, F, H, F, 1, 1, 0, 1, accumulate};
@@ -405,8 +421,12 @@ static bfp8_status ffn_backward(bfp8_moe *m, ffn *f, const bfp8_matrix *dy, cons
         const group_gemm dg = {f->dyp, f->w2_bf16, f->dh, H, H, F, 0, F, 0, 1, 1, 0, 0};
         BFP8_TRY(run_group_gemms(m, f, &dg));
     }
-    BFP8_TRY(bfp8_moe_swiglu_backward(ctx, &gu, &dh, &dgu));
-    if (is_fp8(m)) BFP8_TRY(bfp8_quantize_1x128(ctx, &dgu, &dgu_q, has_fp8_wgrad(m) ? &dgut_q : NULL, &o));
+    if (fused_swiglu(m)) {
+        BFP8_TRY(bfp8_swiglu_backward_quantize_1x128(ctx, &dh, &gu, &dgu_q, &dgut_q, &o));
+    } else {
+        BFP8_TRY(bfp8_moe_swiglu_backward(ctx, &gu, &dh, &dgu));
+        if (is_fp8(m)) BFP8_TRY(bfp8_quantize_1x128(ctx, &dgu, &dgu_q, NULL, &o));
+    }
     /* wgrad of gate|up, then its dgrad into the permuted dx (in yp's buffer) */
     if (has_fp8_wgrad(m)) {
         const bfp8_qmatrix xpt_q = qview(&f->xpt_q, H, P, BFP8_GRAN_1X128, 0);
@@ -493,12 +513,12 @@ bfp8_status bfp8_moe_forward(bfp8_moe *m, const float *x, int64_t tokens, float 
     bfp8_matrix xb = dense(m->x_bf16, BFP8_BF16, 0, T, H), ym = dense(y, BFP8_F32, 0, T, H);
     BFP8_TRY(bfp8_convert(m->ctx, &xm, &xb));
     BFP8_TRY(route_tokens(m, T));
-    BFP8_TRY(ffn_forward(m, &m->routed, &xm, m->row_slot, m->cfg.top_k));
+    BFP8_TRY(ffn_forward(m, &m->routed, &xb, m->row_slot, m->cfg.top_k));
     const int shared = m->cfg.shared_hidden > 0;
     if (shared) {
         ffn *s = &m->shared;
         s->offsets[1] = s->rows = bfp8_round_up(T, 128);
-        BFP8_TRY(ffn_forward(m, s, &xm, m->identity, 1));
+        BFP8_TRY(ffn_forward(m, s, &xb, m->identity, 1));
         const bfp8_matrix ysp = dense(s->yp, BFP8_F32, 0, s->rows, H);
         BFP8_TRY(bfp8_moe_combine(m->ctx, &ysp, m->identity, NULL, 1, 0, &ym));
     }

@@ -6,8 +6,10 @@
  *     (the profile only reads clocks), over enough steps (some 46 marks each)
  *     that the buffer of 1024 marks fills and is read more than once;
  *   - the totals: the steps counted by model_adamw_step, time in every class
- *     the model marks, none in communication, and no more in all than the
- *     wall-clock time of the loop (each interval counted once);
+ *     the model marks, none in communication nor (a dense model) in mixture
+ *     of experts, and no more in all than the wall-clock time of the loop
+ *     (each interval counted once); an MoE model's blocks count as mixture
+ *     of experts;
  *   - the printed table, pause and reset; a weight sync's time ends with it.
  *
  *   ctest --test-dir build -R train_model_profile
@@ -92,8 +94,9 @@ int main(void) {
     double sum = 0.0;
     for (int c = 0; c < MODEL_PROFILE_NUM_CLASSES; ++c) {
         sum += ms[c];
-        if (c == MODEL_PROFILE_COMMUNICATION)
-            CHECK(ms[c] == 0.0, "communication %g ms without data parallelism", ms[c]);
+        if (c == MODEL_PROFILE_COMMUNICATION || c == MODEL_PROFILE_MOE)
+            CHECK(ms[c] == 0.0, "%s: %g ms (no data parallelism, no MoE block)",
+                  model_profile_class_name((model_profile_class)c), ms[c]);
         else
             CHECK(ms[c] > 0.0, "no time in %s", model_profile_class_name((model_profile_class)c));
     }
@@ -145,6 +148,26 @@ int main(void) {
         CHECK(ms[MODEL_PROFILE_LINEAR] > 0.0 && ms[MODEL_PROFILE_LINEAR] < 40.0,
               "re-quantizing the weights: %g ms of linear (the 50 ms after it counted?)", ms[MODEL_PROFILE_LINEAR]);
         model_destroy(bf16);
+    }
+
+    /* an MoE block's forward, backward and weight sync are mixture-of-experts time */
+    model_config moe_config = tiny;
+    moe_config.dim = 128;
+    moe_config.moe = (model_moe_config){.num_experts = 4, .dense_layers = 1, .top_k = 2, .expert_hidden = 128,
+                                        .route_scale = 1.0f};
+    model *moe = NULL;
+    CHECK_OK(model_create(&moe, ctx, &moe_config, &opts));
+    if (moe) {
+        CHECK_OK(model_init_weights(moe, 7));
+        model_profile_reset(&moe->oc);
+        int32_t tokens[BATCH * SEQ];
+        for (int i = 0; i < BATCH * SEQ; ++i) tokens[i] = (3 * i + 1) % tiny.vocab_size;
+        CHECK_OK(model_forward(moe, tokens, tokens, BATCH, SEQ, &loss));
+        CHECK_OK(model_backward(moe, tokens, tokens, 1.0f, 0));
+        CHECK_OK(model_profile_totals(&moe->oc, ms, &steps));
+        CHECK(ms[MODEL_PROFILE_MOE] > 0.0 && ms[MODEL_PROFILE_LINEAR] > 0.0, "MoE model: moe %g ms, linear %g ms",
+              ms[MODEL_PROFILE_MOE], ms[MODEL_PROFILE_LINEAR]);
+        model_destroy(moe);
     }
 
     model_destroy(plain);
