@@ -43,15 +43,16 @@ struct bfp8_context {
     void *cuda_state;    /* src/cuda: cuBLASLt handle, workspace, device properties */
     int quantize_pdl;    /* BFP8_OPTION_QUANTIZE_PDL */
     int quantize_warm_l2; /* BFP8_OPTION_QUANTIZE_WARM_L2 */
-    /* The linear layers' transient operands (bfp8_linear: the quantized x of a forward, dy and dy^T of a
-     * backward) live within one call on the context's stream, so the layers of a context share this buffer,
-     * grown by bfp8_linear_create to the largest layer's need (linear.c). */
-    void *linear_scratch;
-    size_t linear_scratch_bytes;
+    /* The layers' transient operands live within one call on the context's stream (bfp8_linear: the quantized
+     * x of a forward, dy and dy^T of a backward; bfp8_moe: the permuted activations and their fp8 layouts that
+     * no backward reads), so the layers of a context share this buffer, grown by bfp8_linear_create and
+     * bfp8_moe_create to the largest layer's need (linear.c, moe.c). */
+    void *call_scratch;
+    size_t call_scratch_bytes;
 };
 
-/* Grow ctx->linear_scratch to at least `bytes` (what it held is lost). */
-bfp8_status bfp8_context_reserve_linear_scratch(bfp8_context *ctx, size_t bytes);
+/* Grow ctx->call_scratch to at least `bytes` (what it held is lost). */
+bfp8_status bfp8_context_reserve_call_scratch(bfp8_context *ctx, size_t bytes);
 
 /* An fp8-blockwise layer whose caller quantizes its input (or its dy) itself, fused into the op that makes it:
  * the views of where the layer's forward (backward) reads the quantized operands for `tokens` rows (the last

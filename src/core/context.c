@@ -32,18 +32,18 @@ bfp8_status bfp8_context_create(bfp8_context **ctx, bfp8_backend backend, int de
 
 void bfp8_context_destroy(bfp8_context *ctx) {
     if (!ctx) return;
-    bfp8_free(ctx, ctx->linear_scratch);
+    bfp8_free(ctx, ctx->call_scratch);
     if (ctx->backend == BFP8_BACKEND_CUDA) bfp8_cuda_context_release(ctx);
     free(ctx);
 }
 
-bfp8_status bfp8_context_reserve_linear_scratch(bfp8_context *ctx, size_t bytes) {
-    if (bytes <= ctx->linear_scratch_bytes) return BFP8_OK;
-    bfp8_free(ctx, ctx->linear_scratch); /* (CUDA: after the work that used it, cudaFree synchronizes) */
-    ctx->linear_scratch = NULL;
-    ctx->linear_scratch_bytes = 0;
-    BFP8_TRY(bfp8_malloc(ctx, &ctx->linear_scratch, bytes));
-    ctx->linear_scratch_bytes = bytes;
+bfp8_status bfp8_context_reserve_call_scratch(bfp8_context *ctx, size_t bytes) {
+    if (bytes <= ctx->call_scratch_bytes) return BFP8_OK;
+    bfp8_free(ctx, ctx->call_scratch); /* (CUDA: after the work that used it, cudaFree synchronizes) */
+    ctx->call_scratch = NULL;
+    ctx->call_scratch_bytes = 0;
+    BFP8_TRY(bfp8_malloc(ctx, &ctx->call_scratch, bytes));
+    ctx->call_scratch_bytes = bytes;
     return BFP8_OK;
 }
 

@@ -20,7 +20,7 @@
  * backward build views of them for the current token count and allocate
  * nothing. A layer keeps only what its backward reads (W_q, W^T_q, x^T_q);
  * x_q, dy_q and dy^T_q live within one call, so they are views of the
- * context's linear scratch (internal.h), which all layers of a context
+ * context's call scratch (internal.h), which all layers of a context
  * share: a model's layers hold one set of them, not one each.
  */
 #include <stdio.h>
@@ -64,7 +64,7 @@ struct bfp8_linear {
     const uint16_t *x_saved; /* the last forward's x (recipes with a bf16 wgrad) */
     qbuffer w_q, wt_q;       /* fp8 recipes: W (N x K) and W^T (K x N), 128x128 */
     qbuffer xt_q;            /* x^T (K x M, fp8 wgrad only), 1x128 */
-    /* in the context's linear scratch, at these offsets: x (M x K) in a forward; dy (M x N) and dy^T
+    /* in the context's call scratch, at these offsets: x (M x K) in a forward; dy (M x N) and dy^T
      * (N x M, fp8 wgrad only) in a backward; 1x128 */
     size_t x_q_scales, dy_q_scales, dyt_q_data, dyt_q_scales;
     uint16_t *w_bf16; /* bf16 recipe: W (N x K) */
@@ -92,7 +92,7 @@ static bfp8_status operand_bytes(int64_t rows, int64_t cols, size_t *data_bytes,
     return BFP8_OK;
 }
 
-/* The offsets of the transient operands in the context's linear scratch, and the scratch grown to hold them. */
+/* The offsets of the transient operands in the context's call scratch, and the scratch grown to hold them. */
 static bfp8_status plan_scratch(bfp8_linear *lin) {
     const int64_t n = lin->cfg.out_features, k = lin->cfg.in_features, m = lin->cfg.max_tokens;
     size_t x_data, x_scales, dy_data, dy_scales, dyt_data = 0, dyt_scales = 0;
@@ -104,12 +104,12 @@ static bfp8_status plan_scratch(bfp8_linear *lin) {
     lin->dyt_q_data = dy_data + dy_scales;
     lin->dyt_q_scales = lin->dyt_q_data + dyt_data;
     const size_t forward = x_data + x_scales, backward = lin->dyt_q_scales + dyt_scales;
-    return bfp8_context_reserve_linear_scratch(lin->ctx, forward > backward ? forward : backward);
+    return bfp8_context_reserve_call_scratch(lin->ctx, forward > backward ? forward : backward);
 }
 
 /* A view of the scratch at the offsets of one operand. */
 static qbuffer scratch_operand(const bfp8_linear *lin, size_t data_offset, size_t scales_offset) {
-    uint8_t *base = lin->ctx->linear_scratch;
+    uint8_t *base = lin->ctx->call_scratch;
     const qbuffer b = {base + data_offset, (float *)(base + scales_offset)};
     return b;
 }

@@ -43,6 +43,7 @@ typedef struct ffn {
     void *gu, *dh;                      /* bf16 in fp8-blockwise, else f32 */
     float *yp;                          /* holds dxp in backward */
     qbuffer xp_q, xpt_q, h_q, ht_q, dyp_q, dypt_q, dgu_q, dgut_q;
+    size_t *scratch_offsets;            /* where the transient buffers sit in the call scratch (transients()) */
 } ffn;
 
 struct bfp8_moe {
@@ -109,13 +110,93 @@ static bfp8_matrix dense(void *base, bfp8_dtype dtype, int64_t r0, int64_t rows,
     return m;
 }
 
-static void ffn_free(bfp8_context *ctx, ffn *f) {
+/* ------------------------------------------------------------------------ */
+/* Transient buffers                                                         */
+
+/* One buffer an ffn needs only within one call: a pointer field of the
+ * ffn, its size, and whether a forward or a backward uses it. */
+typedef struct transient {
+    void **field;
+    size_t bytes;
+    int backward;
+} transient;
+
+enum { MAX_TRANSIENTS = 20 }; /* (transients() lists at most 15) */
+
+static void add_transient(transient *t, int *n, void *field, size_t bytes, int backward) {
+    t[*n] = (transient){(void **)field, (bytes + 255) / 256 * 256, backward};
+    ++*n;
+}
+
+static void add_transient_q(transient *t, int *n, qbuffer *b, int64_t rows, int64_t cols, int backward) {
+    bfp8_qmatrix layout;
+    size_t data_bytes = 0, scale_bytes = 0;
+    (void)bfp8_qmatrix_layout(&layout, rows, cols, BFP8_GRAN_1X128, &data_bytes, &scale_bytes);
+    add_transient(t, n, &b->data, data_bytes, backward);
+    add_transient(t, n, &b->scales, scale_bytes, backward);
+}
+
+/* The buffers of f that no later call reads: a forward's fp8 inputs of its
+ * GEMMs (and, in fp8-blockwise, the bf16 xp they come from), a backward's
+ * dyp, dh, dgu and their fp8 layouts. They live in the context's call
+ * scratch, which the layers of a context share; what a backward reads of
+ * its forward (xp^T, h^T or the bf16 xp, h; gate|up, yp) has buffers of
+ * its own. */
+static int transients(const bfp8_moe *m, ffn *f, transient *t) {
+    const int64_t H = m->cfg.hidden, F = f->width, P = f->max_rows;
+    const size_t gu = bfp8_dtype_size(gu_dtype(m));
+    int n = 0;
+    if (fused_swiglu(m)) add_transient(t, &n, &f->xp, (size_t)(P * H) * 2, 0);
+    if (is_fp8(m)) {
+        add_transient_q(t, &n, &f->xp_q, P, H, 0);
+        add_transient_q(t, &n, &f->h_q, P, F, 0);
+        add_transient_q(t, &n, &f->dyp_q, P, H, 1);
+        add_transient_q(t, &n, &f->dgu_q, P, 2 * F, 1);
+    }
+    if (has_fp8_wgrad(m)) {
+        add_transient_q(t, &n, &f->dypt_q, H, P, 1);
+        add_transient_q(t, &n, &f->dgut_q, 2 * F, P, 1);
+    }
+    add_transient(t, &n, &f->dyp, (size_t)(P * H) * 2, 1);
+    add_transient(t, &n, &f->dh, (size_t)(P * F) * gu, 1);
+    if (!fused_swiglu(m)) add_transient(t, &n, &f->dgu, (size_t)(P * 2 * F) * 2, 1);
+    return n;
+}
+
+/* f's transients laid out in the call scratch (a forward's and a
+ * backward's from its start each), the scratch grown to hold them. */
+static bfp8_status plan_transients(bfp8_moe *m, ffn *f) {
+    transient t[MAX_TRANSIENTS];
+    const int n = transients(m, f, t);
+    f->scratch_offsets = calloc((size_t)n, sizeof *f->scratch_offsets);
+    if (!f->scratch_offsets) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "bfp8_moe_create: out of host memory");
+    size_t end[2] = {0, 0};
+    for (int i = 0; i < n; ++i) {
+        f->scratch_offsets[i] = end[t[i].backward];
+        end[t[i].backward] += t[i].bytes;
+    }
+    return bfp8_context_reserve_call_scratch(m->ctx, end[0] > end[1] ? end[0] : end[1]);
+}
+
+/* Points f's transient fields into the call scratch (NULL: away from it),
+ * at the start of a call: another layer may have moved the scratch. */
+static void bind_transients(const bfp8_moe *m, ffn *f, int away) {
+    transient t[MAX_TRANSIENTS];
+    const int n = transients(m, f, t);
+    for (int i = 0; i < n; ++i)
+        *t[i].field = away || !f->scratch_offsets ? NULL : (char *)m->ctx->call_scratch + f->scratch_offsets[i];
+}
+
+static void ffn_free(bfp8_moe *m, ffn *f) {
+    bfp8_context *ctx = m->ctx;
+    bind_transients(m, f, 1);
     qbuffer *q[] = {&f->w13_q, &f->w13t_q, &f->w2_q, &f->w2t_q, &f->xp_q, &f->xpt_q, &f->h_q, &f->ht_q,
                     &f->dyp_q, &f->dypt_q, &f->dgu_q, &f->dgut_q};
     for (size_t i = 0; i < sizeof q / sizeof q[0]; ++i) free_q(ctx, q[i]);
     void *p[] = {f->w13_bf16, f->w2_bf16, f->xp, f->h, f->dyp, f->dgu, f->gu, f->yp, f->dh};
     for (size_t i = 0; i < sizeof p / sizeof p[0]; ++i) bfp8_free(ctx, p[i]);
     free(f->offsets);
+    free(f->scratch_offsets);
 }
 
 static bfp8_status ffn_alloc(bfp8_moe *m, ffn *f, int groups, int64_t width, int64_t max_rows) {
@@ -130,10 +211,6 @@ static bfp8_status ffn_alloc(bfp8_moe *m, ffn *f, int groups, int64_t width, int
         BFP8_TRY(alloc_q(ctx, &f->w13t_q, G * H, 2 * F, BFP8_GRAN_128X128));
         BFP8_TRY(alloc_q(ctx, &f->w2_q, G * H, F, BFP8_GRAN_128X128));
         BFP8_TRY(alloc_q(ctx, &f->w2t_q, G * F, H, BFP8_GRAN_128X128));
-        BFP8_TRY(alloc_q(ctx, &f->xp_q, P, H, BFP8_GRAN_1X128));
-        BFP8_TRY(alloc_q(ctx, &f->h_q, P, F, BFP8_GRAN_1X128));
-        BFP8_TRY(alloc_q(ctx, &f->dyp_q, P, H, BFP8_GRAN_1X128));
-        BFP8_TRY(alloc_q(ctx, &f->dgu_q, P, 2 * F, BFP8_GRAN_1X128));
     } else {
         BFP8_TRY(alloc(ctx, &f->w13_bf16, (size_t)(G * 2 * F * H) * 2));
         BFP8_TRY(alloc(ctx, &f->w2_bf16, (size_t)(G * H * F) * 2));
@@ -141,18 +218,14 @@ static bfp8_status ffn_alloc(bfp8_moe *m, ffn *f, int groups, int64_t width, int
     if (has_fp8_wgrad(m)) {
         BFP8_TRY(alloc_q(ctx, &f->xpt_q, H, P, BFP8_GRAN_1X128));
         BFP8_TRY(alloc_q(ctx, &f->ht_q, F, P, BFP8_GRAN_1X128));
-        BFP8_TRY(alloc_q(ctx, &f->dypt_q, H, P, BFP8_GRAN_1X128));
-        BFP8_TRY(alloc_q(ctx, &f->dgut_q, 2 * F, P, BFP8_GRAN_1X128));
     }
-    BFP8_TRY(alloc(ctx, &f->xp, (size_t)(P * H) * 2));
-    BFP8_TRY(alloc(ctx, &f->dyp, (size_t)(P * H) * 2));
-    if (!fused_swiglu(m)) {
+    if (!fused_swiglu(m)) { /* the bf16 wgrad's inputs */
+        BFP8_TRY(alloc(ctx, &f->xp, (size_t)(P * H) * 2));
         BFP8_TRY(alloc(ctx, &f->h, (size_t)(P * F) * 2));
-        BFP8_TRY(alloc(ctx, &f->dgu, (size_t)(P * 2 * F) * 2));
     }
     BFP8_TRY(alloc(ctx, &f->gu, (size_t)(P * 2 * F) * gu));
     BFP8_TRY(alloc(ctx, &f->yp, (size_t)(P * H) * 4));
-    return alloc(ctx, &f->dh, (size_t)(P * F) * gu);
+    return plan_transients(m, f);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -160,8 +233,8 @@ static bfp8_status ffn_alloc(bfp8_moe *m, ffn *f, int groups, int64_t width, int
 
 void bfp8_moe_destroy(bfp8_moe *m) {
     if (!m) return;
-    ffn_free(m->ctx, &m->routed);
-    ffn_free(m->ctx, &m->shared);
+    ffn_free(m, &m->routed);
+    ffn_free(m, &m->shared);
     void *p[] = {m->router_bf16, m->x_bf16, m->d_logits_bf16, m->logits, m->scores, m->topk_weight,
                  m->d_topk_weight, m->bias, m->score_sum, m->score_grad, m->topk_expert, m->slot_row,
                  m->row_slot, m->identity, m->plan};
@@ -359,6 +432,7 @@ static bfp8_status ffn_forward(bfp8_moe *m, ffn *f, const bfp8_matrix *x, const 
     bfp8_context *ctx = m->ctx;
     const int64_t H = m->cfg.hidden, F = f->width, G = f->groups, P = f->rows;
     const bfp8_quantize_options o = options_for(m, BFP8_LINEAR_FLAG_X);
+    bind_transients(m, f, 0);
     bfp8_matrix xp = dense(f->xp, BFP8_BF16, 0, P, H), gu = dense(f->gu, gu_dtype(m), 0, P, 2 * F);
     bfp8_matrix h = dense(f->h, BFP8_BF16, 0, P, F), yp = dense(f->yp, BFP8_F32, 0, P, H);
     bfp8_qmatrix xp_q = qview(&f->xp_q, P, H, BFP8_GRAN_1X128, 0), xpt_q = qview(&f->xpt_q, H, P, BFP8_GRAN_1X128, 0);
@@ -393,6 +467,7 @@ static bfp8_status ffn_backward(bfp8_moe *m, ffn *f, const bfp8_matrix *dy, cons
     bfp8_context *ctx = m->ctx;
     const int64_t H = m->cfg.hidden, F = f->width, G = f->groups, P = f->rows;
     const bfp8_quantize_options o = options_for(m, BFP8_LINEAR_FLAG_DY);
+    bind_transients(m, f, 0);
     bfp8_matrix dyp = dense(f->dyp, BFP8_BF16, 0, P, H), yp = dense(f->yp, BFP8_F32, 0, P, H);
     bfp8_matrix gu = dense(f->gu, gu_dtype(m), 0, P, 2 * F), dh = dense(f->dh, gu_dtype(m), 0, P, F);
     bfp8_matrix dgu = dense(f->dgu, BFP8_BF16, 0, P, 2 * F);

@@ -10,7 +10,8 @@
  *      (every token to expert 0, experts 5-7 never chosen).
  *   3. The layer's own gradients by central differences (bf16 recipe,
  *      directions in the experts' weights, which leave the routing alone).
- *   4. Two runs give the same bits; accumulate adds; the bias update and the
+ *   4. Two runs give the same bits, also with another layer's forward and
+ *      backward between one's forward and its backward; accumulate adds; the bias update and the
  *      per-expert load; a forward with the moved bias against the reference;
  *      the last forward's routing (bfp8_moe_last_routing) and a bias set
  *      from outside (bfp8_moe_set_bias).
@@ -191,6 +192,32 @@ static void check_layer(const char *name, bfp8_moe_config c, int64_t T, int adve
         for (int64_t j = 0; j < sizes[i]; ++j)
             worst = fmax(worst, fabs(lg2.a[i][j] - 2.0 * lg.a[i][j]) / (1e-6 + fabs(2.0 * lg.a[i][j])));
     CHECK(worst < 1e-5, "%s: accumulated gradients are not twice the stored ones (worst relative %.3g)", what, worst);
+
+    /* another layer of the context runs between this one's forward and its backward (on other tokens): the
+     * buffers the layers share in the context's call scratch carry nothing from a forward to its backward */
+    bfp8_moe *other = NULL;
+    CHECK_OK(bfp8_moe_create(&other, ctx, &c));
+    if (other) {
+        layer_run og;
+        run_alloc(&c, T, &og);
+        float *x_other = test_malloc((size_t)(T * H) * 4), *y_other = test_malloc((size_t)(T * H) * 4);
+        for (int64_t i = 0; i < T * H; ++i) x_other[i] = -lp.a[0][i];
+        const int shared = c.shared_hidden > 0;
+        const bfp8_moe_weights w = weights_of(&lp, shared), ow = weights_of(&og, shared), gw = weights_of(&lg2, shared);
+        CHECK_OK(bfp8_moe_set_weights(other, &w));
+        CHECK_OK(bfp8_moe_set_weights(m, &w));
+        CHECK_OK(bfp8_moe_forward(m, lp.a[0], T, yf2));
+        ++forwards;
+        CHECK_OK(bfp8_moe_forward(other, x_other, T, y_other));
+        CHECK_OK(bfp8_moe_backward(other, dyf, og.a[0], &ow, 0));
+        CHECK_OK(bfp8_moe_backward(m, dyf, lg2.a[0], &gw, 0));
+        differ = test_compare_f32_bits("y", yf, yf2, T * H);
+        for (int i = 0; i < 6; ++i) differ += test_compare_f32_bits(array_names[i], lg.a[i], lg2.a[i], sizes[i]);
+        CHECK(differ == 0, "%s: another layer's forward and backward between this one's changed %lld values", what,
+              (long long)differ);
+        bfp8_moe_destroy(other);
+        run_free(&og), free(x_other), free(y_other);
+    }
 
     /* 3. central differences of the layer (bf16 recipe): the experts' weights */
     if (recipe == BFP8_RECIPE_BF16 && c.balance != BFP8_MOE_BALANCE_AUX_LOSS)
