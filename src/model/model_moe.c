@@ -55,7 +55,8 @@ bfp8_status model_moe_init(model *m, int layer, int *tensor) {
     b->bias_host = calloc((size_t)e->num_experts, sizeof *b->bias_host);
     b->routed = calloc((size_t)e->num_experts, sizeof *b->routed);
     b->counts = calloc((size_t)e->num_experts + 1, sizeof *b->counts);
-    if (!b->bias_host || !b->routed || !b->counts)
+    b->window = calloc((size_t)e->num_experts, sizeof *b->window);
+    if (!b->bias_host || !b->routed || !b->counts || !b->window)
         return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "model_create: out of memory");
     model_moe_tensor specs[MODEL_MOE_MAX_TENSORS];
     const int n = model_moe_tensors(c, layer, specs);
@@ -98,6 +99,7 @@ void model_moe_release(model_block *blk) {
     free(b->bias_host);
     free(b->routed);
     free(b->counts);
+    free(b->window);
     free(b);
     blk->moe = NULL;
 }
@@ -139,6 +141,7 @@ bfp8_status model_moe_balance_step(model *m) {
         for (int e = 0; e < E; ++e) {
             total += b->counts[e];
             if (b->counts[e] > busiest) busiest = b->counts[e];
+            b->window[e] += b->counts[e];
         }
         const double mean = total / E;
         b->load_max_over_mean = total > 0.0 ? busiest / mean : 0.0;
@@ -164,6 +167,26 @@ int model_moe_load_summary(const model *m, double *worst_max_over_mean, double *
         ++blocks;
         if (b->load_max_over_mean > *worst_max_over_mean) *worst_max_over_mean = b->load_max_over_mean;
         *dropped += b->dropped;
+    }
+    return blocks;
+}
+
+int model_moe_window_load(model *m, double *worst, double *per_block) {
+    int blocks = 0;
+    *worst = 0.0;
+    for (int l = 0; l < m->config.n_layers; ++l) {
+        model_moe_block *b = m->blocks[l].moe;
+        if (!b) continue;
+        double total = 0.0, busiest = 0.0;
+        for (int e = 0; e < b->num_experts; ++e) {
+            total += b->window[e];
+            if (b->window[e] > busiest) busiest = b->window[e];
+        }
+        const double load = total > 0.0 ? busiest * b->num_experts / total : 0.0;
+        if (per_block) per_block[blocks] = load;
+        if (load > *worst) *worst = load;
+        memset(b->window, 0, (size_t)b->num_experts * sizeof *b->window);
+        ++blocks;
     }
     return blocks;
 }

@@ -39,6 +39,7 @@ typedef struct model_moe_block {
     /* since the last balancing step: tokens routed to each expert (num_experts), then the dropped
      * (token, expert) pairs; doubles so that data-parallel ranks can add them (dp_sum_scalars) */
     double *counts;
+    double *window; /* tokens routed to each expert by the steps since the last model_moe_window_load */
     /* what the last balancing step saw: the busiest expert's load over the mean, the dropped pairs */
     double load_max_over_mean, dropped;
 } model_moe_block;
@@ -79,5 +80,13 @@ bfp8_status model_moe_balance_step(model *m);
 /* The last balancing step's worst load max/mean over the MoE blocks and
  * their dropped pairs; 0 when the model has no MoE block. */
 int model_moe_load_summary(const model *m, double *worst_max_over_mean, double *dropped);
+
+/* The load of the steps since the last call, their tokens summed: per MoE
+ * block the busiest expert's over the mean, into per_block (the MoE blocks
+ * in order; NULL: not wanted), the worst into *worst; then the window
+ * restarts. One step's load (above) also holds how its few sequences'
+ * topics spread over the experts; the window's shows what the balancing
+ * bias evens out. Returns the number of MoE blocks (0: none). */
+int model_moe_window_load(model *m, double *worst, double *per_block);
 
 #endif /* BFP8_MODEL_MOE_H */

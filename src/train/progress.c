@@ -26,13 +26,22 @@ static void format_duration(char *buf, size_t size, double s) {
         snprintf(buf, size, "%ldm%02lds", t / 60, t % 60);
 }
 
+int progress_logs_step(const progress_state *p, int64_t step, int64_t total_steps) {
+    return step == total_steps || step % p->log_every == 0 || step == 1;
+}
+
 void progress_step(progress_state *p, int64_t step, int64_t total_steps, double loss, double lr,
-                   double tokens_per_s, double moe_load, double eta_s) {
-    const int last = step == total_steps;
-    if (!p->tty && !last && step % p->log_every != 0 && step != 1) return;
-    char eta[32], load[32] = "";
+                   double tokens_per_s, const progress_moe_load *moe, double eta_s) {
+    if (!p->tty && !progress_logs_step(p, step, total_steps)) return;
+    char eta[32], load[64] = "";
     format_duration(eta, sizeof eta, eta_s);
-    if (moe_load > 0.0) snprintf(load, sizeof load, " | load %.2f", moe_load);
+    if (moe && moe->step_load > 0.0) {
+        if (moe->window_steps > 1)
+            snprintf(load, sizeof load, " | load %.2f (%lld steps %.2f)", moe->step_load,
+                     (long long)moe->window_steps, moe->window_load);
+        else
+            snprintf(load, sizeof load, " | load %.2f", moe->step_load);
+    }
     printf("%sstep %5lld/%lld | loss %7.4f | lr %.2e | %7.0f tok/s%s | ETA %s%s", p->tty ? "\r" : "",
            (long long)step, (long long)total_steps, loss, lr, tokens_per_s, load, eta,
            p->tty ? "\033[K" : "\n");

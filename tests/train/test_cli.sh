@@ -34,7 +34,8 @@
 #            bit-identical to an uninterrupted one; a rank that dies stops
 #            the others (no hang), a NaN stops every rank, bad values refused;
 #            --profile on 2 ranks: the same losses, the all-reduce timed
-#   moe      the moe-tiny preset (MoE blocks) on the CPU: 30 steps lower the loss, the expert load is
+#   moe      the moe-tiny preset (MoE blocks) on the CPU: 30 steps lower the loss, the expert load (of the
+#            step, and over the steps since the last logged one) is
 #            logged and printed; stop + resume bit-identical (fp8-blockwise; bf16 with accumulation);
 #            a resume as another preset is refused; 2 data-parallel ranks track one rank
 #   moe_cuda moe-tiny on the GPU (exit 77 without one): its losses within 2% of the CPU's in each
@@ -680,8 +681,8 @@ test_moe() {
         --log-every 10 --checkpoint-dir mtrain || return
     grep -qF "moe: blocks 1-3, 8 experts of 128 (top-2), shared expert 128" out.txt ||
         fail "no moe: banner line: $(head -n 3 out.txt)"
-    grep -qE "step +30/30 \| loss .* \| load [0-9]+\.[0-9]{2} \| ETA" out.txt ||
-        fail "the progress line has no expert load: $(grep 'step ' out.txt | tail -n 1)"
+    grep -qE "step +30/30 \| loss .* \| load [0-9]+\.[0-9]{2} \(10 steps [0-9]+\.[0-9]{2}\) \| ETA" out.txt ||
+        fail "the progress line has no expert load of the step and of the last 10: $(grep 'step ' out.txt | tail -n 1)"
     checks=$((checks + 1))
     local first last
     first=$(losses mtrain/metrics.jsonl | head -n 3 | awk '{s += $2} END {print s / NR}')
@@ -692,10 +693,14 @@ test_moe() {
         fail "moe-tiny: the loss went from $first (steps 1-3) to $last (steps 28-30)"
     fi
     checks=$((checks + 1))
-    if [[ $(grep -cE '"type":"train".*"moe_load":\[[0-9.]+,[0-9.]+,[0-9.]+\],"moe_dropped":0}' \
-            mtrain/metrics.jsonl) -eq 30 ]] &&
-        ! grep -qE '"moe_load":\[[^]]*(0\.[0-9]+|[0-9]+\.[0-9]+e)' mtrain/metrics.jsonl; then
-        echo "ok   every train line holds the 3 MoE blocks' loads (>= 1) and no dropped pair"
+    local window='"moe_load_window":\[[0-9.]+,[0-9.]+,[0-9.]+\],"moe_window_steps":'
+    if [[ $(grep -cE '"type":"train".*"moe_load":\[[0-9.]+,[0-9.]+,[0-9.]+\],"moe_dropped":0' \
+            mtrain/metrics.jsonl) -eq 30 &&
+          $(grep -cE "$window(1|9|10)}" mtrain/metrics.jsonl) -eq 4 &&
+          $(grep -cE "\"step\":(1|10|20|30),.*$window" mtrain/metrics.jsonl) -eq 4 ]] &&
+        ! grep -qE '"moe_load(_window)?":\[[^]]*(0\.[0-9]+|[0-9]+\.[0-9]+e)' mtrain/metrics.jsonl; then
+        echo "ok   every train line holds the 3 MoE blocks' loads (>= 1) and no dropped pair; steps 1, 10, 20, 30" \
+            "their loads over the steps since the last of them"
     else
         fail "moe fields of metrics.jsonl: $(grep -m1 '"train"' mtrain/metrics.jsonl)"
     fi

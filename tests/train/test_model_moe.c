@@ -18,7 +18,8 @@
  *   3. Balancing: a backward counts its forward's M x k slots per MoE block
  *      (a forward alone counts nothing); the optimizer step moves each bias
  *      by exactly the rate towards the mean load, AdamW leaves it alone, the
- *      counts restart; a capacity counts the dropped pairs.
+ *      counts restart; the window load sums the steps since it last restarted;
+ *      a capacity counts the dropped pairs.
  *   4. Checkpoints: saved and loaded into the same shape, the same loss bit
  *      for bit (the bias included); into another MoE shape or a dense model,
  *      refused with the model untouched.
@@ -160,6 +161,19 @@ static void check_balancing(bfp8_context *ctx, const int32_t *tokens, const int3
     total = 0.0;
     for (int e = 0; e <= E; ++e) total += b->counts[e];
     CHECK(total == 0.0, "the counts do not restart after the step (%g)", total);
+    /* the window: a second step's counts added to the first's, then a restart */
+    (void)loss_of(m, tokens, targets);
+    CHECK_OK(model_backward(m, tokens, targets, 1.0f, 0));
+    double sums[1024], sum_total = 0.0, sum_busiest = 0.0, window_worst = 0.0, per_block[2] = {0, 0};
+    for (int e = 0; e < E; ++e) sums[e] = counts[e] + b->counts[e];
+    CHECK_OK(model_adamw_step(m, &h, 1.0f, 2));
+    for (int e = 0; e < E; ++e) sum_total += sums[e], sum_busiest = fmax(sum_busiest, sums[e]);
+    CHECK(model_moe_window_load(m, &window_worst, per_block) == 1, "one MoE block in the window");
+    CHECK(fabs(window_worst - sum_busiest * E / sum_total) < 1e-12 && per_block[0] == window_worst,
+          "window load %g (block %g), expected %g over two steps", window_worst, per_block[0],
+          sum_busiest * E / sum_total);
+    CHECK(model_moe_window_load(m, &window_worst, NULL) == 1 && window_worst == 0.0,
+          "the window does not restart (%g)", window_worst);
     model_destroy(m);
 
     model_config capped = config;
