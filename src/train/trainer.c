@@ -575,10 +575,17 @@ static int train_loop(run_state *r, int64_t start_step) {
         printf("done: %lld steps in %.1f s, %.0f tokens/s, final train loss %.4f; checkpoint %s\n",
                (long long)steps_timed, train_seconds,
                (double)(tokens_per_step * steps_timed) / train_seconds, last_loss, r->checkpoint_path);
-    size_t device_bytes = 0; /* what the run holds on the GPU: everything since the context, workspaces included */
+    /* what the run holds on the GPU: its use now less before the model (workspaces included; another process's
+     * allocations in between count too) */
+    size_t device_bytes = 0;
     if (bfp8_context_backend(r->ctx) == BFP8_BACKEND_CUDA &&
-        bfp8_device_memory_in_use(r->ctx, &device_bytes) == BFP8_OK)
-        printf("device memory: %.0f MB in use by the run\n", (double)(device_bytes - r->device_bytes_before) / 1e6);
+        bfp8_device_memory_in_use(r->ctx, &device_bytes) == BFP8_OK) {
+        if (device_bytes >= r->device_bytes_before)
+            printf("device memory: %.0f MB in use by the run\n", (double)(device_bytes - r->device_bytes_before) / 1e6);
+        else
+            printf("device memory: unknown (the GPU holds %.0f MB less than before the model: another process freed "
+                   "memory)\n", (double)(r->device_bytes_before - device_bytes) / 1e6);
+    }
     if (o->profile && r->rank == 0 && model_profile_print(&m->oc, stdout) != BFP8_OK)
         return report_failure(r, "profile: %s", bfp8_last_error());
     if (o->sample_tokens > 0 && r->rank == 0) {
