@@ -27,6 +27,7 @@
 #include "train/file_io.h"
 #include "train/lr_schedule.h"
 #include "train/metrics.h"
+#include "train/moe_load_log.h"
 #include "train/progress.h"
 #include "train/run_dir.h"
 #include "train/sampler.h"
@@ -55,7 +56,7 @@ typedef struct run_state {
     progress_state progress;
     batch_sampler sampler;
     int32_t *inputs, *targets;
-    double *moe_window; /* the MoE blocks' load over the steps since the last logged one (n_layers) */
+    moe_load_log moe_load;
     char checkpoint_path[4200];
     int64_t checkpoint_step; /* step of the checkpoint on disk, -1: none */
     /* data parallel (--data-parallel, or a launcher's RANK and WORLD_SIZE):
@@ -184,7 +185,7 @@ static void release(run_state *r) {
     bfp8_context_destroy(r->ctx);
     free(r->inputs);
     free(r->targets);
-    free(r->moe_window);
+    moe_load_log_free(&r->moe_load);
 }
 
 static int train_loop(run_state *r, int64_t start_step);
@@ -199,26 +200,6 @@ static bfp8_status sum_moe_counts(run_state *r) {
         }
     }
     return BFP8_OK;
-}
-
-/* ,"moe_load":[max/mean per MoE block],"moe_dropped":N  (empty for a dense model), then, when a window of
- * window_steps > 0 steps ends here, ,"moe_load_window":[max/mean per MoE block over them],"moe_window_steps":N */
-static void moe_metrics(const model *m, const double *window, int64_t window_steps, char *buf, size_t size) {
-    double worst, dropped;
-    buf[0] = 0;
-    const int blocks = model_moe_load_summary(m, &worst, &dropped);
-    if (blocks == 0) return;
-    size_t used = (size_t)snprintf(buf, size, ",\"moe_load\":[");
-    for (int l = 0; l < m->config.n_layers && used < size; ++l)
-        if (m->blocks[l].moe)
-            used += (size_t)snprintf(buf + used, size - used, "%s%.4f", buf[used - 1] == '[' ? "" : ",",
-                                     m->blocks[l].moe->load_max_over_mean);
-    if (used < size) used += (size_t)snprintf(buf + used, size - used, "],\"moe_dropped\":%.0f", dropped);
-    if (window_steps == 0 || used >= size) return;
-    used += (size_t)snprintf(buf + used, size - used, ",\"moe_load_window\":[");
-    for (int i = 0; i < blocks && used < size; ++i)
-        used += (size_t)snprintf(buf + used, size - used, "%s%.4f", i ? "," : "", window[i]);
-    if (used < size) snprintf(buf + used, size - used, "],\"moe_window_steps\":%lld", (long long)window_steps);
 }
 
 int train_run(train_options *o) {
@@ -350,8 +331,7 @@ int train_run(train_options *o) {
     }
     r.inputs = malloc((size_t)(o->batch * o->seq) * sizeof *r.inputs);
     r.targets = malloc((size_t)(o->batch * o->seq) * sizeof *r.targets);
-    r.moe_window = calloc((size_t)r.m->config.n_layers, sizeof *r.moe_window);
-    if (!r.inputs || !r.targets || !r.moe_window) {
+    if (!r.inputs || !r.targets || moe_load_log_init(&r.moe_load, r.m) != BFP8_OK) {
         report_failure(&r, "out of memory");
         goto done;
     }
@@ -473,8 +453,7 @@ static int train_loop(run_state *r, int64_t start_step) {
                         bfp8_context_backend(r->ctx) == BFP8_BACKEND_CUDA;
     const train_step_ranks ranks = {r->data_parallel ? &r->dp : NULL, r->zero ? &r->zero_opt : NULL, overlap};
     double train_seconds = 0.0, last_loss = NAN;
-    int64_t steps_timed = 0, moe_window_steps = 0;
-    progress_moe_load moe = {0};
+    int64_t steps_timed = 0;
     if (start_step >= last_step) {
         printf("nothing to train: the run is at step %lld of %lld\n", (long long)start_step,
                (long long)last_step);
@@ -531,18 +510,10 @@ static int train_loop(run_state *r, int64_t start_step) {
         ++steps_timed;
         const double tok_s = (double)(tokens_per_step * steps_timed) / train_seconds;
         const double eta = train_seconds / (double)steps_timed * (double)(last_step - step);
-        double moe_dropped;
         char moe_fields[4096];
-        (void)model_moe_load_summary(m, &moe.step_load, &moe_dropped);
-        ++moe_window_steps;
-        const int window_ends = progress_logs_step(&r->progress, step, last_step);
-        if (window_ends) {
-            (void)model_moe_window_load(m, &moe.window_load, r->moe_window);
-            moe.window_steps = moe_window_steps;
-        }
-        moe_metrics(m, r->moe_window, window_ends ? moe_window_steps : 0, moe_fields, sizeof moe_fields);
-        if (window_ends) moe_window_steps = 0;
-        progress_step(&r->progress, step, last_step, last_loss, h.lr, tok_s, &moe, eta);
+        moe_load_log_step(&r->moe_load, m, progress_logs_step(&r->progress, step, last_step), moe_fields,
+                          sizeof moe_fields);
+        progress_step(&r->progress, step, last_step, last_loss, h.lr, tok_s, &r->moe_load.shown, eta);
         if (metrics_write(&r->metrics, "train",
                           "\"step\":%lld,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"tokens\":%lld,"
                           "\"tokens_per_s\":%.1f,\"step_s\":%.4f%s",
