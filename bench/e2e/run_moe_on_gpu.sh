@@ -4,7 +4,7 @@
 # on the moe-1b preset in fp8-blockwise and in bf16 (the load of the worst
 # MoE block every 10 steps, tokens/s, the validation loss), then the same
 # model in PyTorch bf16 compiled (moe_e2e.py: tokens/s, peak memory, load).
-# ~6-7 minutes on an H200 at the default step counts, with the build given
+# ~10 minutes on an H200 at the default step counts, with the build given
 # (each trainer run ~1 minute of start-up and final checkpoint, in /dev/shm).
 #
 #   bash bench/e2e/run_moe_on_gpu.sh [tests|train|torch|all]   from the repository root
@@ -18,11 +18,12 @@
 #   TOKENIZER    its 32768-token tokenizer (default .carry/e2e/tokenizer-32768.bin)
 #   TOKENS       the token file for moe_e2e.py (default .carry/e2e/corpus-32768.u16);
 #                missing: synthetic tokens (throughput only)
-#   STEPS        the trainer's steps per recipe (default 250; warmup min(500, STEPS/10 + 1))
+#   STEPS        the trainer's steps per recipe (default 1000; warmup min(500, STEPS/10 + 1)),
+#                validation every STEPS/10
 #   E2E_STEPS    moe_e2e.py's steps (default 60, timed from step 21)
 #   E2E_MODES    moe_e2e.py's modes (default bf16-compile)
 # Writes to $OUT: summary.txt, gpu.txt, tests.log, train-fp8-blockwise.log,
-# train-bf16.log, e2e.log, e2e.json, build.log (when it built). Exit code 0
+# train-bf16.log, metrics-<recipe>.jsonl, e2e.log, e2e.json, build.log (when it built). Exit code 0
 # when every step passed.
 set -u
 phase=${1:-all}
@@ -31,7 +32,7 @@ BUILD=${BUILD:-build-gpu}
 DATA=${DATA:-.carry/e2e/corpus.txt}
 TOKENIZER=${TOKENIZER:-.carry/e2e/tokenizer-32768.bin}
 TOKENS=${TOKENS:-.carry/e2e/corpus-32768.u16}
-STEPS=${STEPS:-250}
+STEPS=${STEPS:-1000}
 E2E_STEPS=${E2E_STEPS:-60}
 E2E_MODES=${E2E_MODES:-bf16-compile}
 mkdir -p "$OUT"
@@ -84,12 +85,14 @@ if [[ $phase == train || $phase == all ]]; then
     for recipe in fp8-blockwise bf16; do
         log="$OUT/train-$recipe.log"
         : > "$log"
-        step "train moe-1b $recipe" 200 "$log" "$cli" train --model moe-1b --recipe "$recipe" --device cuda \
-            --data "$DATA" --tokenizer "$TOKENIZER" --steps "$STEPS" --batch 4 --seq 2048 --tf32 --flash-attention \
-            --eval-every 0 --eval-batches 4 --log-every 10 --sample-tokens 0 --checkpoint-every 0 \
-            --checkpoint-dir /dev/shm/moe-1b --overwrite
+        # ~0.15 s a step, and a minute of start-up and final checkpoint
+        step "train moe-1b $recipe" $((120 + STEPS / 4)) "$log" "$cli" train --model moe-1b --recipe "$recipe" \
+            --device cuda --data "$DATA" --tokenizer "$TOKENIZER" --steps "$STEPS" --batch 4 --seq 2048 --tf32 \
+            --flash-attention --eval-every $((STEPS >= 10 ? STEPS / 10 : 0)) --eval-batches 4 --log-every 10 \
+            --sample-tokens 0 --checkpoint-every 0 --checkpoint-dir /dev/shm/moe-1b --overwrite \
+            --metrics "$OUT/metrics-$recipe.jsonl"
         rm -rf /dev/shm/moe-1b  # the final checkpoint: 32 GB of weights and moments
-        grep -h "^model\|^moe:\|^run:\|^step\|^done" "$log" | sed 's/^/    /' | tee -a "$summary"
+        grep -h "^model\|^moe:\|^run:\|^step .*00/\|val_loss\|^done\|^device" "$log" | sed 's/^/    /' | tee -a "$summary"
     done
 fi
 
