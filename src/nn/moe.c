@@ -147,7 +147,6 @@ static bfp8_status check_weights(const bfp8_moe *m, const bfp8_moe_weights *w, c
     return BFP8_OK;
 }
 
-
 bfp8_status bfp8_moe_set_weights(bfp8_moe *m, const bfp8_moe_weights *w) {
     static const char fn[] = "bfp8_moe_set_weights";
     if (!m) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: moe is NULL", fn);

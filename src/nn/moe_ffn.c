@@ -17,8 +17,7 @@
 #include "nn/moe_ffn.h"
 
 /* ------------------------------------------------------------------------ */
-/* Buffers and views                                                         */
-
+/* Buffers                                                                   */
 
 static bfp8_status alloc_q(bfp8_context *ctx, qbuffer *b, int64_t rows, int64_t cols, bfp8_granularity gran) {
     bfp8_qmatrix layout;
@@ -32,8 +31,6 @@ static void free_q(bfp8_context *ctx, qbuffer *b) {
     bfp8_free(ctx, b->data);
     bfp8_free(ctx, b->scales);
 }
-
-
 
 /* ------------------------------------------------------------------------ */
 /* Transient buffers                                                         */
