@@ -132,19 +132,26 @@ bfp8_status model_moe_backward(model *m, model_moe_block *b, const float *dy, fl
     return BFP8_OK;
 }
 
+/* The busiest expert's tokens over the mean of counts[0..E) (0 when none); their sum in *total. */
+static double max_over_mean(const double *counts, int E, double *total) {
+    double sum = 0.0, busiest = 0.0;
+    for (int e = 0; e < E; ++e) {
+        sum += counts[e];
+        if (counts[e] > busiest) busiest = counts[e];
+    }
+    *total = sum;
+    return sum > 0.0 ? busiest / (sum / E) : 0.0;
+}
+
 bfp8_status model_moe_balance_step(model *m) {
     for (int l = 0; l < m->config.n_layers; ++l) {
         model_moe_block *b = m->blocks[l].moe;
         if (!b) continue;
         const int E = b->num_experts;
-        double total = 0.0, busiest = 0.0;
-        for (int e = 0; e < E; ++e) {
-            total += b->counts[e];
-            if (b->counts[e] > busiest) busiest = b->counts[e];
-            b->window[e] += b->counts[e];
-        }
+        double total;
+        b->load_max_over_mean = max_over_mean(b->counts, E, &total);
         const double mean = total / E;
-        b->load_max_over_mean = total > 0.0 ? busiest / mean : 0.0;
+        for (int e = 0; e < E; ++e) b->window[e] += b->counts[e];
         b->dropped = b->counts[E];
         if (b->bias && total > 0.0) {
             const float rate = b->bias_update_rate;
@@ -177,12 +184,8 @@ int model_moe_window_load(model *m, double *worst, double *per_block) {
     for (int l = 0; l < m->config.n_layers; ++l) {
         model_moe_block *b = m->blocks[l].moe;
         if (!b) continue;
-        double total = 0.0, busiest = 0.0;
-        for (int e = 0; e < b->num_experts; ++e) {
-            total += b->window[e];
-            if (b->window[e] > busiest) busiest = b->window[e];
-        }
-        const double load = total > 0.0 ? busiest * b->num_experts / total : 0.0;
+        double total;
+        const double load = max_over_mean(b->window, b->num_experts, &total);
         if (per_block) per_block[blocks] = load;
         if (load > *worst) *worst = load;
         memset(b->window, 0, (size_t)b->num_experts * sizeof *b->window);

@@ -15,6 +15,7 @@
 #include "train/progress.h"
 
 typedef struct moe_load_log {
+    double *step;           /* per MoE block, the last step's load */
     double *window;         /* per MoE block, the last window's load */
     int64_t window_steps;   /* steps in the window that is open */
     progress_moe_load shown; /* for progress_step: the step's load, the last window's */
