@@ -117,10 +117,14 @@ bfp8_status bfp8_device_memory_in_use(const bfp8_context *ctx, size_t *bytes);
  *       touching memory.
  *   BFP8_OPTION_QUANTIZE_WARM_L2  (default 1) before that wait, the first
  *       resident CTAs of a quantizer ask L2 for the first rows of their tile.
+ *   BFP8_OPTION_GEMM_PDL          (default 1) the CUDA FP8 GEMMs start the same
+ *       way: their CTAs set up their barriers while the kernel before them
+ *       drains, and the kernel after them may be scheduled as soon as they run.
  */
 typedef enum bfp8_context_option {
     BFP8_OPTION_QUANTIZE_PDL = 0,
-    BFP8_OPTION_QUANTIZE_WARM_L2 = 1
+    BFP8_OPTION_QUANTIZE_WARM_L2 = 1,
+    BFP8_OPTION_GEMM_PDL = 2
 } bfp8_context_option;
 bfp8_status bfp8_context_set_option(bfp8_context *ctx, bfp8_context_option option, int value);
 bfp8_status bfp8_context_get_option(const bfp8_context *ctx, bfp8_context_option option, int *value);

@@ -43,6 +43,7 @@ struct bfp8_context {
     void *cuda_state;    /* src/cuda: cuBLASLt handle, workspace, device properties */
     int quantize_pdl;    /* BFP8_OPTION_QUANTIZE_PDL */
     int quantize_warm_l2; /* BFP8_OPTION_QUANTIZE_WARM_L2 */
+    int gemm_pdl;        /* BFP8_OPTION_GEMM_PDL */
     /* The layers' transient operands live within one call on the context's stream (bfp8_linear: the quantized
      * x of a forward, dy and dy^T of a backward; bfp8_moe: the permuted activations and their fp8 layouts that
      * no backward reads), so the layers of a context share this buffer, grown by bfp8_linear_create and

@@ -17,7 +17,7 @@
  *
  *   cmake --build build --target bench_gemm_grid
  *   build/bench/gemm/bench_gemm_grid [--quick] [--kinds 1d2d-bf16,1d2d-f32,1d1d] [--m LIST] [--nk LIST]
- *                                    [--graph-us US] [--reps N] [--json FILE]
+ *                                    [--graph-us US] [--reps N] [--no-gemm-pdl] [--json FILE]
  *
  * Exit code: 0; 1 when an output check fails or CUDA breaks; 2 on bad
  * arguments or a setup failure; 77 without a GPU.
@@ -413,13 +413,15 @@ static void write_json(const char *path, const bench_device_info *dev, const cel
 
 static void usage(const char *program) {
     fprintf(stderr,
-            "usage: %s [--quick] [--kinds LIST] [--m LIST] [--nk LIST] [--graph-us US] [--reps N] [--json FILE]\n"
+            "usage: %s [--quick] [--kinds LIST] [--m LIST] [--nk LIST] [--graph-us US] [--reps N] [--no-gemm-pdl]\n"
+            "          [--json FILE]\n"
             "  --kinds    comma-separated of 1d2d-bf16, 1d2d-f32, 1d1d (default: all)\n"
             "  --m LIST   token counts (default 1,8,64,128,512,2048,8192,32768)\n"
             "  --nk LIST  the values of N and of K (default 256,512,1024,2048,4096,7168)\n"
             "  --graph-us the GPU time one captured graph should take (default 2000)\n"
             "  --reps N   graph launches timed per contender (default 7)\n"
-            "  --quick    M 1,64,2048 and N, K 512,4096\n",
+            "  --quick    M 1,64,2048 and N, K 512,4096\n"
+            "  --no-gemm-pdl  blockfp8's GEMMs launched as plain kernels (BFP8_OPTION_GEMM_PDL off)\n",
             program);
     exit(2);
 }
@@ -439,13 +441,15 @@ static int parse_list(const char *text, int64_t *out, int max) {
 
 int main(int argc, char **argv) {
     int64_t ms[MAX_AXIS], nks[MAX_AXIS];
-    int nm = 0, nnk = 0, kinds[NUM_KINDS] = {1, 1, 1}, reps = 7, quick = 0;
+    int nm = 0, nnk = 0, kinds[NUM_KINDS] = {1, 1, 1}, reps = 7, quick = 0, gemm_pdl = 1;
     double graph_us = 2000.0;
     const char *json_path = NULL;
     for (int i = 1; i < argc; ++i) {
         const char *arg = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(arg, "--quick") == 0) {
             quick = 1;
+        } else if (strcmp(arg, "--no-gemm-pdl") == 0) {
+            gemm_pdl = 0;
         } else if (strcmp(arg, "--m") == 0 && value) {
             if (!(nm = parse_list(value, ms, MAX_AXIS))) usage(argv[0]);
             ++i;
@@ -500,6 +504,8 @@ int main(int argc, char **argv) {
     printf("CUDA graphs of calls totalling ~%.0f us each, %d timed launches per contender (median), interleaved\n",
            graph_us, reps);
     BENCH_BFP8_OR_DIE(bfp8_context_create(&env.ctx, BFP8_BACKEND_CUDA, 0));
+    BENCH_BFP8_OR_DIE(bfp8_context_set_option(env.ctx, BFP8_OPTION_GEMM_PDL, gemm_pdl));
+    printf("blockfp8 GEMMs launched as programmatic dependents: %s\n", gemm_pdl ? "yes" : "no (--no-gemm-pdl)");
     BENCH_CUDA_OR_DIE(cudaStreamCreate(&env.stream));
     BENCH_BFP8_OR_DIE(bfp8_context_set_stream(env.ctx, env.stream));
     if (cublasLtCreate(&env.lt) != CUBLAS_STATUS_SUCCESS) bench_die("cublasLtCreate failed");

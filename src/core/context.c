@@ -19,6 +19,7 @@ bfp8_status bfp8_context_create(bfp8_context **ctx, bfp8_backend backend, int de
     c->device = device_ordinal;
     c->quantize_pdl = 1;
     c->quantize_warm_l2 = 1;
+    c->gemm_pdl = 1;
     if (backend == BFP8_BACKEND_CUDA) {
         bfp8_status st = bfp8_cuda_context_init(c);
         if (st != BFP8_OK) {
@@ -62,6 +63,7 @@ static int *option_field(bfp8_context *ctx, bfp8_context_option option) {
     switch (option) {
     case BFP8_OPTION_QUANTIZE_PDL: return &ctx->quantize_pdl;
     case BFP8_OPTION_QUANTIZE_WARM_L2: return &ctx->quantize_warm_l2;
+    case BFP8_OPTION_GEMM_PDL: return &ctx->gemm_pdl;
     }
     return NULL;
 }

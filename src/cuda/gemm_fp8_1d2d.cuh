@@ -67,7 +67,12 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         fence_mbar_init();
     }
     __syncthreads();
-    if (!SPLITS && p.launch_dependents) griddep_launch_dependents();
+    /* (a programmatic dependent launch, BFP8_OPTION_GEMM_PDL: the set-up
+     * above overlapped the grid before, whose outputs may be our operands; a
+     * split grid behind its whole tiles reads nothing they write, and lets
+     * no grid start before it ends, for the tiles it sums) */
+    if (!SPLITS || !p.behind_whole_tiles) griddep_wait();
+    if (!SPLITS) griddep_launch_dependents();
 
     const int num_ctas = gridDim.x;
     const int cta = blockIdx.x;
@@ -222,10 +227,8 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         }
     }
 
-    /* SPLITS, launched behind the whole tiles' grid (launch_dependents): its
-     * units touch none of that grid's outputs, so nothing waits for it but
-     * the end, so that this grid completes after it and a kernel stream-ordered
-     * behind us sees every tile (a no-op when launched normally) */
+    /* SPLITS behind the whole tiles' grid: this grid completes after it, so
+     * that a kernel stream-ordered behind us sees every tile */
     if constexpr (SPLITS) griddep_wait();
 }
 

@@ -166,14 +166,14 @@ bfp8_status make_tensor_maps(TensorMaps *t, const bfp8_qmatrix *a, const bfp8_qm
 /* Launch                                                                    */
 
 /* One persistent grid of the kernel K: as many CTAs as units, up to the
- * resident ones. behind: a programmatic dependent launch of the grid before
- * it in the stream (which set Params::launch_dependents). */
+ * resident ones; a programmatic dependent launch of the grid before it in the
+ * stream (the kernel waits for it, griddep_wait) where the context's
+ * BFP8_OPTION_GEMM_PDL is on, and always for a split plan's second grid. */
 template <typename K>
-bfp8_status run_kernel(const bfp8_context *ctx, const TensorMaps &t, const Params &q, int64_t units, int max_ctas,
-                       bool behind = false) {
+bfp8_status run_kernel(const bfp8_context *ctx, const TensorMaps &t, const Params &q, int64_t units, int max_ctas) {
     cudaLaunchAttribute attr[2];
     cudaLaunchConfig_t cfg = K::launch_config(ctx, attr, (unsigned)(units < max_ctas ? units : max_ctas));
-    if (behind) {
+    if (ctx->gemm_pdl || q.behind_whole_tiles) {
         attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[1].val.programmaticStreamSerializationAllowed = 1;
         cfg.numAttrs = 2;
@@ -228,15 +228,14 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
             using KS = Kernel<B_1X128, BM, BN, TMA_OUT, true>;
             if (KS::resident_ctas(ctx) < 1) /* (also sets its shared-memory size) */
                 return bfp8_fail(BFP8_ERR_CUDA, "the split GEMM kernel does not fit on this GPU");
-            const bool behind = p.num_whole_tiles > 0;
-            if (behind) {
+            if (p.num_whole_tiles > 0) {
                 Params whole = p;
                 whole.split = 1;
                 whole.num_units = p.num_whole_tiles;
-                whole.launch_dependents = 1;
                 BFP8_TRY(run_kernel<K>(ctx, maps, whole, whole.num_units, max_ctas));
+                p.behind_whole_tiles = 1;
             }
-            return run_kernel<KS>(ctx, maps, p, p.num_units - p.num_whole_tiles, max_ctas, behind);
+            return run_kernel<KS>(ctx, maps, p, p.num_units - p.num_whole_tiles, max_ctas);
         }
     }
     return run_kernel<K>(ctx, maps, p, p.num_units, max_ctas);

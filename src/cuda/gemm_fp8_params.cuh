@@ -68,10 +68,12 @@ struct Params {
     int num_whole_tiles;
     int split;
     int num_units;
-    /* The whole tiles' launch, followed by the split units' (SPLITS) launched
-     * as its programmatic dependent: 1 lets that grid's CTAs start on the SMs
-     * this grid's CTAs leave, instead of after the whole grid and a launch gap. */
-    int launch_dependents;
+    /* Every GEMM grid is a programmatic dependent of the grid before it
+     * (unless BFP8_OPTION_GEMM_PDL is off) and lets the next one start early.
+     * A split plan's second grid (SPLITS) always runs behind its whole tiles'
+     * grid, on the SMs that grid leaves: 1 there, as its units read nothing
+     * that grid writes. */
+    int behind_whole_tiles;
     float *split_partials;     /* per slice >= 1: BM x BN floats, per warpgroup, thread-interleaved */
     unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
     /* Grouped GEMMs (GROUPED kernels, whole tiles).

@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 #include "cuda/gemm_fp8_host.h"
+#include "cuda/hopper.cuh"
 
 namespace bfp8_gemm {
 
@@ -90,21 +91,6 @@ __device__ __forceinline__ void mma_e4m3(float (&d)[4], uint32_t a0, uint32_t a1
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* Every thread of the cluster arrives, then waits: shared-memory writes before it are visible to the cluster. */
-__device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-/* The float at `local`'s place in the shared memory of the cluster's CTA `rank`. */
-__device__ __forceinline__ float ld_cluster_f32(const float *local, uint32_t rank) {
-    const uint32_t addr = (uint32_t)__cvta_generic_to_shared(local);
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    float v;
-    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
-    return v;
-}
-
 /* One warp: x rows x0 + g and x0 + g + 8 (g = lane / 4) against J groups of 8
  * y rows (y0 + 8 j + g), a k-block as two halves of 64 bytes; lane t = lane %
  * 4 loads bytes 16 t .. 16 t + 15 of each half. The four bytes at 16 t + 4 q
@@ -116,6 +102,7 @@ __device__ __forceinline__ float ld_cluster_f32(const float *local, uint32_t ran
  * that keeps two CTAs on an SM). */
 template <bool WGRAD, int J>
 __global__ void __launch_bounds__(SMALL_THREADS, 2) gemm_fp8_small_kernel(const SmallArgs p) {
+    using namespace bfp8_sm90;
     constexpr int TILE_Y = 8 * J, WARP_OUT = 16 * TILE_Y, BATCH = J == 1 ? 2 : 1;
     __shared__ float part[SMALL_WARPS * WARP_OUT]; /* per warp: its 16 x TILE_Y partial, [x][y] */
     __shared__ float total[SMALL_WARPS * WARP_OUT]; /* the CTA's sum (a cluster's CTAs read it) */
@@ -127,6 +114,8 @@ __global__ void __launch_bounds__(SMALL_THREADS, 2) gemm_fp8_small_kernel(const 
     const int splits = p.k_warps * p.cluster, slice = (int)blockIdx.y * p.k_warps + kw;
     const int kb_begin = (int)((int64_t)slice * p.num_k_blocks / splits);
     const int kb_end = (int)((int64_t)(slice + 1) * p.num_k_blocks / splits);
+    griddep_wait(); /* (a programmatic dependent launch: see launch_small) */
+    griddep_launch_dependents();
 
     float acc[J][4];
 #pragma unroll
@@ -292,13 +281,17 @@ bfp8_status launch_small(const bfp8_context *ctx, SmallArgs &s, const char *what
     cfg.gridDim = dim3((unsigned)x_tiles, (unsigned)s.cluster, 1);
     cfg.blockDim = dim3(SMALL_THREADS, 1, 1);
     cfg.stream = bfp8_stream_of(ctx);
-    cudaLaunchAttribute attr;
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 1;
-    attr.val.clusterDim.y = (unsigned)s.cluster;
-    attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = s.cluster > 1 ? 1 : 0;
+    /* a cluster along K; a programmatic dependent launch (BFP8_OPTION_GEMM_PDL) */
+    cudaLaunchAttribute attr[2];
+    cfg.attrs = attr;
+    if (s.cluster > 1) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs++].val.clusterDim = {1u, (unsigned)s.cluster, 1u};
+    }
+    if (ctx->gemm_pdl) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+    }
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_fp8_small_kernel<WGRAD, J>, s));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;

@@ -246,6 +246,26 @@ __device__ __forceinline__ unsigned ld_acquire_gpu(const unsigned *p) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Thread-block clusters                                                     */
+
+/* Every thread of the cluster arrives, then waits: shared-memory writes
+ * before it are visible to the cluster's CTAs after it. */
+__device__ __forceinline__ void cluster_sync_all() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+/* The shared-memory address of `local`'s place in the cluster's CTA `rank`. */
+__device__ __forceinline__ uint32_t cluster_address(const void *local, uint32_t rank) {
+    uint32_t remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_u32(local)), "r"(rank));
+    return remote;
+}
+__device__ __forceinline__ float ld_cluster_f32(const float *local, uint32_t rank) {
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(cluster_address(local, rank)) : "memory");
+    return v;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Register reallocation between warpgroups                                  */
 
 template <int REGS> __device__ __forceinline__ void regs_increase() {

@@ -510,10 +510,13 @@ static void test_misc(void) {
                 "bfp8_context_get_option");
     EXPECT_FAIL(bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_PDL, NULL), BFP8_ERR_NULL_POINTER,
                 "bfp8_context_get_option");
-    int pdl = -1, warm = -1;
+    int pdl = -1, warm = -1, gemm_pdl = -1;
     CHECK(bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_PDL, &pdl) == BFP8_OK && pdl == 1 &&
-              bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, &warm) == BFP8_OK && warm == 1,
-          "context options: defaults %d %d, expected 1 1", pdl, warm);
+              bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, &warm) == BFP8_OK && warm == 1 &&
+              bfp8_context_get_option(ctx, BFP8_OPTION_GEMM_PDL, &gemm_pdl) == BFP8_OK && gemm_pdl == 1,
+          "context options: defaults %d %d %d, expected 1 1 1", pdl, warm, gemm_pdl);
+    EXPECT_FAIL(bfp8_context_set_option(ctx, BFP8_OPTION_GEMM_PDL, -1), BFP8_ERR_INVALID_VALUE,
+                "bfp8_context_set_option");
     CHECK(bfp8_context_set_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, 0) == BFP8_OK &&
               bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_WARM_L2, &warm) == BFP8_OK && warm == 0 &&
               bfp8_context_get_option(ctx, BFP8_OPTION_QUANTIZE_PDL, &pdl) == BFP8_OK && pdl == 1,

@@ -302,6 +302,51 @@ static void check_repeatable(enum gemm_kind kind, int64_t out_rows, int64_t out_
     operand_free(&b);
 }
 
+/* Calls that each read what the call before them wrote, with nothing
+ * between them on the stream: D1 = D0 + A B^T, D0 = D1 + A B^T, ... (1D1D,
+ * C another buffer than D, so the epilogue reads C with plain loads), under
+ * `config`. Each GEMM is a programmatic dependent launch of the one before
+ * (BFP8_OPTION_GEMM_PDL, the default) and must wait for it before its loads:
+ * the chain must give the bits of the same chain launched plainly with a
+ * synchronization after every call. */
+static void check_dependent_chain(const char *config, int64_t rows, int64_t cols, int64_t tokens, uint64_t seed,
+                                  int calls) {
+    use_config(config);
+    operand a, b;
+    operand_make(&a, rows, tokens, BFP8_GRAN_1X128, 0, seed);
+    operand_make(&b, cols, tokens, BFP8_GRAN_1X128, 0, seed + 1);
+    const size_t bytes = (size_t)(rows * cols) * sizeof(float);
+    bfp8_matrix d[2];
+    float *result[2];
+    for (int i = 0; i < 2; ++i) {
+        d[i] = (bfp8_matrix){gpu_alloc(bytes), BFP8_F32, rows, cols, cols};
+        result[i] = test_malloc(bytes);
+    }
+    for (int pdl = 1; pdl >= 0; --pdl) {
+        CHECK_OK(bfp8_context_set_option(gpu, BFP8_OPTION_GEMM_PDL, pdl));
+        CHECK_OK(bfp8_memset_zero(gpu, d[0].data, bytes));
+        for (int call = 0; call < calls; ++call) {
+            CHECK_OK(bfp8_gemm_1d1d(gpu, &a.dev, &b.dev, &d[call % 2], &d[(call + 1) % 2]));
+            if (!pdl) CHECK_OK(bfp8_context_synchronize(gpu));
+        }
+        CHECK_OK(bfp8_context_synchronize(gpu));
+        CHECK_OK(bfp8_copy_to_host(gpu, result[pdl], d[calls % 2].data, bytes));
+    }
+    CHECK(memcmp(result[0], result[1], bytes) == 0,
+          "dependent chain of %d 1d1d calls %lldx%lld over %lld [%s]: launched as programmatic dependents, the "
+          "result differs from the synchronized chain's",
+          calls, (long long)rows, (long long)cols, (long long)tokens, config && config[0] ? config : "auto");
+    printf("  dependent chain of %d 1d1d calls %lldx%lld over %lld [%s]\n", calls, (long long)rows, (long long)cols,
+           (long long)tokens, config && config[0] ? config : "auto");
+    for (int i = 0; i < 2; ++i) {
+        bfp8_free(gpu, d[i].data);
+        free(result[i]);
+    }
+    operand_free(&a);
+    operand_free(&b);
+    use_config(NULL);
+}
+
 #if defined(BFP8_WITH_CUDA)
 /* A GEMM captured into a CUDA graph and replayed. Round 0: the first GEMM of
  * a fresh context, whose split plan would need the workspace made inside the
@@ -595,6 +640,12 @@ int main(int argc, char **argv) {
     check_repeatable(GEMM_1D2D, 384, 1024, 8192, BFP8_F32, seed++, 2); /* the trainer's fprop / dgrad output */
     check_repeatable(GEMM_1D2D, 4096, 6144, 2048, BFP8_F32, seed++, 2);
     check_repeatable(GEMM_1D1D, 512, 1024, 18432, BFP8_F32, seed++, 2);
+    /* the tensor-core kernel whole, a split plan (two grids, every tile split
+     * into 8, or a full wave then a split one), and the small kernel */
+    check_dependent_chain("split=1", 1024, 1024, 2048, seed++, 6);
+    check_dependent_chain("split=8", 300, 260, 4096, seed++, 6);
+    check_dependent_chain("bn=128", 2048, 1152, 4096, seed++, 6);
+    check_dependent_chain("small=1", 72, 60, 4095, seed++, 6);
 #if defined(BFP8_WITH_CUDA)
     check_graph_capture(seed++);
     seed++;
