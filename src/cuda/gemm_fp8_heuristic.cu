@@ -209,17 +209,22 @@ bool small_1d2d_applies(const bfp8_context *ctx, int m, int64_t k) {
 }
 
 /* 1D1D, an n x k output over `tokens`: the small kernel wins only on the
- * smallest outputs over many tokens (256 x 256 over 512 / 4096 tokens: 0.80 /
- * 0.80 against 0.46 / 0.54 for the tensor-core kernel); over 1 to 64 tokens
- * the tensor-core kernel is ahead of it on every output of the grid (e.g. 64
+ * smallest outputs over 512 to 8192 tokens (256 x 256 over 512 / 4096 /
+ * 8192 tokens: 0.93 / 0.86 / 0.59 against 0.46 / 0.54 / 0.49 for the
+ * tensor-core kernel), not over more (16384 / 32768 tokens: 0.37 / 0.23
+ * against 0.48 / 0.42; H200, CUDA graphs, the small kernel on and off in
+ * bench/results/2026-12-04_gemm_grid_h200.txt; the tensor-core kernel over
+ * 512 tokens: the small-kernel file above); over 1 to 64 tokens the
+ * tensor-core kernel is ahead of it on every output of the grid (e.g. 64
  * tokens, 1024 x 1024: 0.76 against 0.34), and so it is for wider outputs
  * over 512 and 4096 tokens (4096 tokens, 256 x 1024: 0.56 against 0.28). */
 constexpr int64_t SMALL_1D1D_MAX_OUTPUTS = 256 * 256;
-constexpr int SMALL_1D1D_MIN_TOKENS = 512;
+constexpr int SMALL_1D1D_MIN_TOKENS = 512, SMALL_1D1D_MAX_TOKENS = 8192;
 bool small_1d1d_applies(const bfp8_context *ctx, int n, int k, int tokens) {
     const int forced = tuning_of(ctx).small;
     if (forced != -1) return forced == 1;
-    return (int64_t)n * k <= SMALL_1D1D_MAX_OUTPUTS && tokens >= SMALL_1D1D_MIN_TOKENS;
+    return (int64_t)n * k <= SMALL_1D1D_MAX_OUTPUTS && tokens >= SMALL_1D1D_MIN_TOKENS &&
+           tokens <= SMALL_1D1D_MAX_TOKENS;
 }
 
 /* Through shared memory and the TMA unit where it can address D (16-byte
