@@ -18,7 +18,7 @@ void train_step_last_backward(const train_step_ranks *t, model *m, int last) {
 
 bfp8_status train_step_exchange(const train_step_ranks *t, model *m, double *loss_sum, int *stop_signal) {
     if (!t->dp) return BFP8_OK;
-    double sums[2] = {*loss_sum, *stop_signal != 0};
+    double sums[3] = {*loss_sum, *stop_signal == SIGINT, *stop_signal != 0 && *stop_signal != SIGINT};
     if (t->zero) {
         BFP8_TRY(zero_reduce_gradients(t->zero));
     } else {
@@ -29,9 +29,10 @@ bfp8_status train_step_exchange(const train_step_ranks *t, model *m, double *los
         model_profile_mark(&m->oc, MODEL_PROFILE_NONE);
         BFP8_TRY(st);
     }
-    BFP8_TRY(dp_sum_scalars(t->dp, sums, 2));
+    BFP8_TRY(dp_sum_scalars(t->dp, sums, 3));
     *loss_sum = sums[0] / (double)t->dp->world;
-    if (sums[1] > 0.0 && !*stop_signal) *stop_signal = SIGTERM; /* another rank's */
+    /* (one signal for every rank, whichever of them it reached before this step's exchange) */
+    if (sums[1] > 0.0 || sums[2] > 0.0) *stop_signal = sums[1] > 0.0 ? SIGINT : SIGTERM;
     return BFP8_OK;
 }
 

@@ -24,8 +24,10 @@ void train_step_last_backward(const train_step_ranks *t, model *m, int last);
 
 /* The mean gradient over the ranks (ZeRO-1: of this rank's shard; with overlap: the wait for the reductions
  * the backward started), *loss_sum
- * summed over them and *stop_signal set when any rank has one (SIGTERM for
- * another rank's). Nothing to do for one process. */
+ * summed over them and *stop_signal set, the same on every rank, when any
+ * rank has one: SIGINT when one of them has a SIGINT, else SIGTERM (a
+ * signal sent to every rank may reach some before the exchange and some
+ * after). Nothing to do for one process. */
 bfp8_status train_step_exchange(const train_step_ranks *t, model *m, double *loss_sum, int *stop_signal);
 
 /* The global L2 norm of the mean gradient, the same on every rank. */
