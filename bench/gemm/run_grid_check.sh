@@ -9,8 +9,8 @@
 # Run from the repository root, with the programs built in <build-dir>
 # (targets test_gemm_gpu test_gemm_grid bench_gemm_grid bench_gemm).
 # --quick: the grid bench on M {1, 8, 16, 64} x N, K {256, 4096} only;
-# --correctness: steps (a) and (b) only; --speed: (c) and (d) only (each fits
-# one 10-minute call where the whole pass does not).
+# --correctness: steps (a) and (b) only; --speed: (c) and (d) only. The whole
+# pass takes about 3 minutes on an H200 (test_gemm_gpu about 2 of them).
 # --latency: the pass for the small kernel (gemm_fp8_small.cu) in under 5
 # minutes on an H200: (a), (b), the grid's small corner timed with the default
 # routing (its JSON under <out-dir>) and again with small=0 (the tensor-core
@@ -70,17 +70,13 @@ else
 fi
 fi
 if [ -n "$run_speed" ]; then
-# (c) speed on the grid (the partial grid of bench/results' grid file, with M = 16 and 32 added: the bounds
-# of the small kernels), then 1D1D over 64 tokens with the small kernel forced (whether its bound should move)
-if [ "$quick" = "--quick" ]; then
-    grid_args=(--m 1,8,16,64 --nk 256,4096)
-else
-    grid_args=(--m 1,8,16,32,64,512,4096 --nk 256,1024,4096,7168)
-fi
-step bench_grid 330 "$build/bench/gemm/bench_gemm_grid" "${grid_args[@]}" --graph-us 400 --reps 5 \
+# (c) speed on the whole grid (about 10 s), with and without programmatic dependent launches of the GEMMs
+grid_args=()
+[ "$quick" = "--quick" ] && grid_args=(--m 1,8,16,64 --nk 256,4096)
+step bench_grid 120 "$build/bench/gemm/bench_gemm_grid" "${grid_args[@]}" --graph-us 300 --reps 5 \
     --json "$out/grid.json"
-step bench_grid_1d1d_small_forced 60 env BFP8_GEMM_CONFIG=small=1 "$build/bench/gemm/bench_gemm_grid" \
-    --kinds 1d1d --m 64 --nk 256,1024,4096,7168 --graph-us 400 --reps 5
+step bench_grid_no_pdl 120 "$build/bench/gemm/bench_gemm_grid" "${grid_args[@]}" --graph-us 300 --reps 5 \
+    --no-gemm-pdl
 # (d) the TARGETS shapes: no regression
 step bench_gemm_targets 200 "$build/bench/gemm/bench_gemm" --json "$out/targets.json"
 fi
@@ -100,7 +96,7 @@ fi
 
 echo "---- summary ----"
 cat "$summary"
-for log in bench_grid bench_grid_1d1d_small_forced bench_grid_small_off bench_grid_1d2d_k7168 \
+for log in bench_grid bench_grid_no_pdl bench_grid_1d1d_small_forced bench_grid_small_off bench_grid_1d2d_k7168 \
     bench_grid_1d2d_small_forced; do
     [ -f "$out/$log.log" ] && { echo "---- $log (tables) ----"; grep -E "^(==|  M|      [0-9K]|  *[0-9]+ \||1d|cuBLASLt refused|output)" "$out/$log.log"; }
 done
