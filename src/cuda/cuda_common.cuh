@@ -23,6 +23,16 @@
 /* After a launch: a bad configuration shows up here, not at the next call. */
 #define BFP8_CUDA_CHECK_LAUNCH() BFP8_CUDA_TRY(cudaGetLastError())
 
+/* Makes the launch of cfg a programmatic dependent launch of the grid before
+ * it in the stream: its CTAs may start while that grid drains, and the kernel
+ * must wait for it (griddep_wait) before it reads what that grid writes.
+ * cfg.attrs must have room for one more attribute. */
+static inline void add_programmatic_dependent_launch(cudaLaunchConfig_t *cfg) {
+    cudaLaunchAttribute *attr = &cfg->attrs[cfg->numAttrs++];
+    attr->id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr->val.programmaticStreamSerializationAllowed = 1;
+}
+
 /* The FP8 GEMMs' tuning environment (BFP8_GEMM_CONFIG, BFP8_GEMM_TRACE; see
  * gemm_fp8_heuristic.cu), read once when the context is created, so that a
  * GEMM call reads no environment variable. -1: not given. */

@@ -67,12 +67,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         fence_mbar_init();
     }
     __syncthreads();
-    /* (a programmatic dependent launch, BFP8_OPTION_GEMM_PDL: the set-up
-     * above overlapped the grid before, whose outputs may be our operands; a
-     * split grid behind its whole tiles reads nothing they write, and lets
-     * no grid start before it ends, for the tiles it sums) */
-    if (!SPLITS || !p.behind_whole_tiles) griddep_wait();
-    if (!SPLITS) griddep_launch_dependents();
+    grid_order_start<SPLITS>(p);
 
     const int num_ctas = gridDim.x;
     const int cta = blockIdx.x;
@@ -227,9 +222,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         }
     }
 
-    /* SPLITS behind the whole tiles' grid: this grid completes after it, so
-     * that a kernel stream-ordered behind us sees every tile */
-    if constexpr (SPLITS) griddep_wait();
+    split_grid_end<SPLITS>();
 }
 
 } /* namespace bfp8_gemm */

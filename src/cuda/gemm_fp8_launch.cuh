@@ -173,11 +173,7 @@ template <typename K>
 bfp8_status run_kernel(const bfp8_context *ctx, const TensorMaps &t, const Params &q, int64_t units, int max_ctas) {
     cudaLaunchAttribute attr[2];
     cudaLaunchConfig_t cfg = K::launch_config(ctx, attr, (unsigned)(units < max_ctas ? units : max_ctas));
-    if (ctx->gemm_pdl || q.behind_whole_tiles) {
-        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[1].val.programmaticStreamSerializationAllowed = 1;
-        cfg.numAttrs = 2;
-    }
+    if (ctx->gemm_pdl || q.behind_whole_tiles()) add_programmatic_dependent_launch(&cfg);
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, K::function, t.a, t.b, t.sa, t.sb, t.d, q));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
@@ -233,7 +229,6 @@ bfp8_status launch(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix 
                 whole.split = 1;
                 whole.num_units = p.num_whole_tiles;
                 BFP8_TRY(run_kernel<K>(ctx, maps, whole, whole.num_units, max_ctas));
-                p.behind_whole_tiles = 1;
             }
             return run_kernel<KS>(ctx, maps, p, p.num_units - p.num_whole_tiles, max_ctas);
         }

@@ -70,10 +70,10 @@ struct Params {
     int num_units;
     /* Every GEMM grid is a programmatic dependent of the grid before it
      * (unless BFP8_OPTION_GEMM_PDL is off) and lets the next one start early.
-     * A split plan's second grid (SPLITS) always runs behind its whole tiles'
-     * grid, on the SMs that grid leaves: 1 there, as its units read nothing
-     * that grid writes. */
-    int behind_whole_tiles;
+     * A split plan's second grid (SPLITS: split > 1) with whole tiles before
+     * it always runs behind their grid, on the SMs that grid leaves, and
+     * waits for it only at its end: its units read nothing that grid writes. */
+    __host__ __device__ bool behind_whole_tiles() const { return split > 1 && num_whole_tiles > 0; }
     float *split_partials;     /* per slice >= 1: BM x BN floats, per warpgroup, thread-interleaved */
     unsigned *split_counters;  /* per split tile and warpgroup: slices done; back to 0 when read */
     /* Grouped GEMMs (GROUPED kernels, whole tiles).

@@ -72,6 +72,24 @@ __device__ __forceinline__ GroupedMTile grouped_m_tile(const Params &p, int t) {
 /* A k-slice's end of the split last wave, for one math warpgroup's 64 x BN
  * part of the tile; tail is the unit's index among the split units. Returns
  * whether this thread holds the finished tile (slice 0) and so writes it out. */
+/* The order of a GEMM grid among the stream's grids, after its set-up
+ * (barriers, tensor-map prefetches) and before its first load: it waits for
+ * the grid before it, whose outputs may be its operands (a programmatic
+ * dependent launch, BFP8_OPTION_GEMM_PDL), and lets the next grid launch. A
+ * split grid behind its whole tiles waits for them only at its end
+ * (split_grid_end), and lets no grid launch before it ends, for the tiles it
+ * sums. */
+template <bool SPLITS> __device__ __forceinline__ void grid_order_start(const Params &p) {
+    using namespace bfp8_sm90;
+    if (!SPLITS || !p.behind_whole_tiles()) griddep_wait();
+    if (!SPLITS) griddep_launch_dependents();
+}
+/* The split grid completes after the grid of its whole tiles, so that a
+ * kernel stream-ordered behind it sees every tile. */
+template <bool SPLITS> __device__ __forceinline__ void split_grid_end() {
+    if constexpr (SPLITS) bfp8_sm90::griddep_wait();
+}
+
 template <int MATH_WG, int ACC>
 __device__ __forceinline__ bool combine_k_slices(const Params &p, int tail, int warpgroup, float (&fin)[ACC]) {
     using namespace bfp8_sm90;

@@ -288,10 +288,7 @@ bfp8_status launch_small(const bfp8_context *ctx, SmallArgs &s, const char *what
         attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
         attr[cfg.numAttrs++].val.clusterDim = {1u, (unsigned)s.cluster, 1u};
     }
-    if (ctx->gemm_pdl) {
-        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
-    }
+    if (ctx->gemm_pdl) add_programmatic_dependent_launch(&cfg);
     BFP8_CUDA_TRY(cudaLaunchKernelEx(&cfg, gemm_fp8_small_kernel<WGRAD, J>, s));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;

@@ -14,7 +14,7 @@
 namespace bfp8_quant {
 
 /* A launch of a CTA per tile (the kernels walk what is past INT32_MAX) on ctx's stream, a programmatic
- * dependent launch when the context's BFP8_OPTION_QUANTIZE_PDL is on (its attribute in *pdl). */
+ * dependent launch when the context's BFP8_OPTION_QUANTIZE_PDL is on (its attribute in *pdl, room for one). */
 static inline cudaLaunchConfig_t tile_launch_config(const bfp8_context *ctx, int64_t num_tiles, int smem,
                                                     cudaLaunchAttribute *pdl) {
     cudaLaunchConfig_t config = {};
@@ -22,12 +22,8 @@ static inline cudaLaunchConfig_t tile_launch_config(const bfp8_context *ctx, int
     config.blockDim = dim3(kThreads);
     config.dynamicSmemBytes = (size_t)smem;
     config.stream = bfp8_stream_of(ctx);
-    pdl->id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    pdl->val.programmaticStreamSerializationAllowed = 1;
-    if (ctx->quantize_pdl) {
-        config.attrs = pdl;
-        config.numAttrs = 1;
-    }
+    config.attrs = pdl;
+    if (ctx->quantize_pdl) add_programmatic_dependent_launch(&config);
     return config;
 }
 
