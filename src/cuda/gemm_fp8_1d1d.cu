@@ -19,10 +19,18 @@ template <int I> int candidate_slots(const bfp8_context *ctx) {
     return Kernel<true, CANDIDATES_1D1D[I].bm, CANDIDATES_1D1D[I].bn, TMA_NONE>::resident_ctas(ctx);
 }
 static_assert(NUM_CANDIDATES_1D1D == 4, "one slot count per candidate");
+template <int I> int narrow_slots(const bfp8_context *ctx) {
+    return Kernel<true, NARROW_1D1D[I].bm, NARROW_1D1D[I].bn, TMA_F32_ADD>::resident_ctas(ctx);
+}
+static_assert(NUM_NARROW_1D1D == 2, "one slot count per narrow tile");
 
 template <int TMA_OUT>
 bfp8_status launch_tile(const Config &c, const bfp8_context *ctx, const bfp8_qmatrix *a, const bfp8_qmatrix *b,
                         const Params &p) {
+    if constexpr (TMA_OUT != TMA_NONE) {
+        if (c.bm == 64 && c.bn == 32) return launch<true, 64, 32, TMA_OUT>(c, ctx, a, b, p);
+        if (c.bm == 64) return launch<true, 64, 64, TMA_OUT>(c, ctx, a, b, p);
+    }
     if (c.bm == 192) return launch<true, 192, 128, TMA_OUT>(c, ctx, a, b, p);
     /* (256 x 112 with TMA outputs needs the scale operand's memory; where that
      * cannot be had, the next fastest tile) */
@@ -42,8 +50,11 @@ bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
     if (small_1d1d_applies(ctx, p.m, p.n, p.k)) return launch_small_1d1d(ctx, a, b, p);
     const int slots[] = {candidate_slots<0>(ctx), candidate_slots<1>(ctx), candidate_slots<2>(ctx),
                          candidate_slots<3>(ctx)};
-    const Config cfg = choose_config(tuning_of(ctx), true, p.m, p.n, p.num_k_blocks, slots);
-    switch (output_path(true, cfg, p)) {
+    Config cfg = choose_config(tuning_of(ctx), true, p.m, p.n, p.num_k_blocks, slots);
+    const int path = output_path(true, cfg, p);
+    const int narrow[] = {narrow_slots<0>(ctx), narrow_slots<1>(ctx)};
+    if (path != TMA_NONE) choose_small_output_1d1d(tuning_of(ctx), p.m, p.n, p.num_k_blocks, slots[0], narrow, &cfg);
+    switch (path) {
     case TMA_F32: return launch_tile<TMA_F32>(cfg, ctx, a, b, p);
     case TMA_F32_ADD: return launch_tile<TMA_F32_ADD>(cfg, ctx, a, b, p);
     default: return launch_tile<TMA_NONE>(cfg, ctx, a, b, p);

@@ -7,7 +7,7 @@
  * (column of D) and k-block, both loaded by TMA with the stage. Persistent
  * and warp-specialized like the 1D2D kernel (gemm_fp8_1d2d.cuh); what
  * differs is the promotion, two multiplies per element:
- *   - BM 128 or 192 (one row group): each stage's scales in two slots by
+ *   - BM 64, 128 or 192 (one row group): each stage's scales in two slots by
  *     the ring's round parity, so a stage is freed as soon as its wgmma are
  *     done, before its scales are read;
  *   - BM 256 x BN 112 (row groups): two math warpgroups of 128 rows, each as
@@ -29,7 +29,7 @@ namespace bfp8_gemm {
 /* SPLITS: the kernel that runs split units (Params::split > 1); see
  * gemm_fp8_1d2d_kernel. */
 template <int BM, int BN, int STAGES, int TMA_OUT, bool SPLITS, bool GROUPED>
-__global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
+__global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, Warps<BM>::CTAS_PER_SM)
     gemm_fp8_1d1d_kernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                          const __grid_constant__ CUtensorMap tmap_scale_a,
                          const __grid_constant__ CUtensorMap tmap_scale_b, const __grid_constant__ CUtensorMap tmap_d,
@@ -40,7 +40,8 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
     constexpr int PRODUCER_THREAD = 128 * W::MATH_WG;
     constexpr int ACC = BN / 2; /* accumulator floats per thread: 64 rows x BN over 128 threads */
     constexpr int RG = W::ROW_GROUPS, FIN = RG * ACC; /* FIN: the thread's floats of the tile */
-    static_assert((RG == 2 ? BN % 16 == 0 : BN % 64 == 0) && BN <= 256, "BN: a multiple of 64 (of 16 for BM=256)");
+    static_assert((RG == 2 ? BN % 16 == 0 : BN % (BM == 64 ? 32 : 64) == 0) && BN <= 256,
+                  "BN: a multiple of 64 (of 32 for BM=64, of 16 for BM=256)");
     static_assert(TMA_OUT != TMA_BF16, "1D1D: f32 out through the TMA unit");
     static_assert(RG == 1 || !GROUPED, "row groups: not grouped");
     static_assert(!SPLITS || can_split(BN, true), "no split kernel for this configuration");
@@ -82,7 +83,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
 
     if (warpgroup == W::MATH_WG) {
         /* ---------------- producer ---------------- */
-        regs_decrease<W::PRODUCER_REGS>();
+        if constexpr (W::REALLOCATE) regs_decrease<W::PRODUCER_REGS>();
         if (threadIdx.x == PRODUCER_THREAD) {
             const StageRing ring{smem, smem_a, smem_b, smem_sa, smem_sb, full, empty};
             produce_stages<BM, BN, true, STAGES, TMA_OUT, SPLITS, GROUPED>(p, &tmap_a, &tmap_b, &tmap_scale_a,
@@ -91,7 +92,7 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
         }
     } else {
         /* ---------------- math ---------------- */
-        regs_increase<W::MATH_REGS>();
+        if constexpr (W::REALLOCATE) regs_increase<W::MATH_REGS>();
         const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
         /* and row_in_tile + 8; row group g: + 64 g */
         const int row_in_tile = warpgroup * 64 * RG + warp * 16 + lane / 4;
@@ -125,14 +126,15 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
             for (int i = 0; i < FIN; ++i) fin[i] = 0.0f;
 
             /* Wait for the stage's data (row group g = 0; the later ones follow
-             * it) and start its 4 wgmma for row group g into acc. */
-            auto issue = [&](int s, uint32_t ph, const int g) {
+             * it) and start its 4 wgmma for row group g into `into`. */
+            auto issue_into = [&](float(&into)[ACC], int s, uint32_t ph, const int g) {
                 if (g == 0) mbar_wait_at(full_kept + 8 * s, ph);
                 const uint32_t desc_a =
                     desc_a_kept + (uint32_t)s * (L::A_BYTES >> 4) + (uint32_t)g * (64 * BLOCK_K >> 4);
                 const uint32_t desc_b = desc_b_kept + (uint32_t)s * (L::B_BYTES >> 4);
-                wgmma_k_block<BN>(acc, desc_a, desc_b);
+                wgmma_k_block<BN>(into, desc_a, desc_b);
             };
+            auto issue = [&](int s, uint32_t ph, const int g) { issue_into(acc, s, ph, g); };
             /* One row group: fin += sa * sb * acc for the k-block held in stage
              * s, and free the stage. The stage is freed as soon as the wgmma are
              * done, before its scales are read: they are in slot s of this
@@ -141,23 +143,24 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * warp has freed the stage for kb + STAGES. By then this warp's
              * loads of kb's scales have returned: the FFMAs below use them and
              * read acc, which kb + 1's wgmma (issued before that release)
-             * overwrites. (Waiting for the loads instead made 192 x 128 tiles
-             * with 3 stages 4-7% slower.) */
-            auto promote = [&](int s) {
-                fence_accumulators(acc);
+             * overwrites (with two accumulators, kb + 2's). (Waiting for the
+             * loads instead made 192 x 128 tiles with 3 stages 4-7% slower.) */
+            auto promote_from = [&](float(&from)[ACC], int s, uint32_t ph) {
+                fence_accumulators(from);
                 release_stage<false>(p, empty_kept, s, 0u, lane);
-                const uint32_t slot = (uint32_t)s + (phase ? STAGES : 0);
+                const uint32_t slot = (uint32_t)s + (ph ? STAGES : 0);
                 const float sa0 = ld_shared_f32(sa_kept + slot * (BM * 4));
                 const float sa1 = ld_shared_f32(sa_kept + slot * (BM * 4) + 8 * 4);
 #pragma unroll
                 for (int j = 0; j < BN / 8; ++j) {
                     const float2 v = ld_shared_f32x2(sb_kept + slot * L::SB_BYTES + 32u * j);
-                    fin[4 * j + 0] += (sa0 * v.x) * acc[4 * j + 0];
-                    fin[4 * j + 1] += (sa0 * v.y) * acc[4 * j + 1];
-                    fin[4 * j + 2] += (sa1 * v.x) * acc[4 * j + 2];
-                    fin[4 * j + 3] += (sa1 * v.y) * acc[4 * j + 3];
+                    fin[4 * j + 0] += (sa0 * v.x) * from[4 * j + 0];
+                    fin[4 * j + 1] += (sa0 * v.y) * from[4 * j + 1];
+                    fin[4 * j + 2] += (sa1 * v.x) * from[4 * j + 2];
+                    fin[4 * j + 3] += (sa1 * v.y) * from[4 * j + 3];
                 }
             };
+            auto promote = [&](int s) { promote_from(acc, s, phase); };
             /* Row groups: the k-block of stage s for each row group in turn. */
             auto step_row_groups = [&](const int s) {
                 if constexpr (L::SCALE_MMA) {
@@ -249,7 +252,50 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, 1)
              * unrolled one (a loop with partial rounds spills under the
              * register cap). */
             auto mainloop = [&]() {
-                if constexpr (L::SCALE_MMA) {
+                if constexpr (W::MATH_WG == 1) {
+                    /* One math warpgroup (BM = 64): nothing else would run on
+                     * the tensor core while it promotes, so k-blocks go to two
+                     * accumulators in turn, the wgmma of kb + 1 running while
+                     * kb is promoted. */
+                    const int nk = w.kb1 - w.kb0;
+                    if (nk == 0) return;
+                    float acc2[ACC];
+                    int s0 = stage;
+                    uint32_t ph0 = phase;
+                    issue_into(acc, s0, ph0, 0);
+                    for (int kb = 0;; kb += 2) {
+                        int s1 = s0;
+                        uint32_t ph1 = ph0;
+                        next_stage<STAGES>(s1, ph1);
+                        if (kb + 1 < nk) {
+                            issue_into(acc2, s1, ph1, 0);
+                            wgmma_wait<1>();
+                        } else {
+                            wgmma_wait<0>();
+                        }
+                        promote_from(acc, s0, ph0);
+                        if (kb + 1 == nk) {
+                            stage = s1;
+                            phase = ph1;
+                            return;
+                        }
+                        s0 = s1;
+                        ph0 = ph1;
+                        next_stage<STAGES>(s0, ph0);
+                        if (kb + 2 < nk) {
+                            issue_into(acc, s0, ph0, 0);
+                            wgmma_wait<1>();
+                        } else {
+                            wgmma_wait<0>();
+                        }
+                        promote_from(acc2, s1, ph1);
+                        if (kb + 2 == nk) {
+                            stage = s0;
+                            phase = ph0;
+                            return;
+                        }
+                    }
+                } else if constexpr (L::SCALE_MMA) {
                     const int nk = w.kb1 - w.kb0;
                     for (int left = (nk + STAGES - 1) / STAGES; left > 0; --left) {
 #pragma unroll

@@ -8,7 +8,9 @@
  * context is created (bfp8_gemm_read_tuning): a GEMM call reads none, and a
  * change takes effect for the contexts created after it.
  *   BFP8_GEMM_CONFIG="bm=192,bn=128"  force a tile (bm 128 unless given) among
- *                                     the candidates; "store=direct": outputs
+ *                                     the candidates (1D1D with f32 outputs
+ *                                     through the TMA unit: the narrow bm=64,
+ *                                     bn=32 or 64 too); "store=direct": outputs
  *                                     stored from registers, not by TMA;
  *                                     "split=N": the last wave's tiles in N
  *                                     k-slices (1: never split; the default
@@ -144,6 +146,86 @@ Config choose_config(const bfp8_gemm_tuning &tuning, bool b_1x128, int m, int n,
     return best;
 }
 
+/* The model of choose_small_output_1d1d: the time of one wave of units, in
+ * microseconds, beyond what every call costs: the slowest CTA's k-blocks,
+ * its output tile added into D by the TMA unit, and a split's exchange (the
+ * other slices' partial tiles stored, then read and summed by slice 0, a few
+ * at a time for narrow tiles). From the H200 with CUDA graphs of calls, each
+ * tile forced over 128 to 32768 tokens with splits of 1 to 16
+ * (bench_gemm_grid, BFP8_GEMM_CONFIG=small=0,bm=..,bn=..,split=..): a CTA
+ * takes the same time per k-block however many stages it has in flight and
+ * however many other CTAs run (0.28 / 0.35 / 0.50 us for 64 x 32 / 64 x 64 /
+ * 128 x 128), and a narrow tile's SM runs two CTAs at 1.2 / 1.33 times that
+ * each, so the narrow tiles split and spread over twice the CTAs. */
+struct TileCost {
+    int bm, bn;
+    double k_block_us, exchange_slice_us, shared_sm_slowdown;
+};
+constexpr TileCost TILE_COSTS[] = {{128, 128, 0.50, 0.75, 1.0}, {64, 64, 0.35, 0.35, 1.33}, {64, 32, 0.28, 0.2, 1.2}};
+constexpr int NUM_TILE_COSTS = (int)(sizeof TILE_COSTS / sizeof TILE_COSTS[0]);
+constexpr double OUTPUT_BYTES_PER_US = 30e3, EXCHANGE_WAIT_US = 0.5;
+
+static double one_wave_us(const TileCost &t, int64_t tiles, int num_k_blocks, int split, int num_sms) {
+    const bool shared_sm = tiles * split > num_sms;
+    double us = (double)bfp8_ceil_div(num_k_blocks, split) * t.k_block_us * (shared_sm ? t.shared_sm_slowdown : 1.0);
+    us += 4.0 * t.bm * t.bn / OUTPUT_BYTES_PER_US;
+    if (split > 1) us += EXCHANGE_WAIT_US + (split - 1) * t.exchange_slice_us;
+    return us;
+}
+
+/* The split (1: none) with the least modelled time for `tiles` tiles on
+ * `slots` resident CTAs, all in one wave; its time in *us. */
+static int best_split(const TileCost &t, int64_t tiles, int slots, int num_k_blocks, int num_sms, double *us) {
+    int best = 1;
+    *us = one_wave_us(t, tiles, num_k_blocks, 1, num_sms);
+    for (int s = 2; s <= SPLIT_MAX && s <= num_k_blocks && tiles * s <= slots; ++s) {
+        const double u = one_wave_us(t, tiles, num_k_blocks, s, num_sms);
+        if (u < *us) {
+            *us = u;
+            best = s;
+        }
+    }
+    return best;
+}
+
+bool choose_small_output_1d1d(const bfp8_gemm_tuning &tuning, int m, int n, int num_k_blocks, int slots_128,
+                              const int *narrow_slots, Config *c) {
+    const int num_sms = slots_128; /* one 128 x 128 CTA an SM */
+    auto slots_of = [&](const TileCost &t) { return t.bm == 128 ? slots_128 : narrow_slots[t.bn == 32 ? 0 : 1]; };
+    if (tuning.given && tuning.bm >= 0) { /* a forced narrow tile (others: choose_config) */
+        if (tuning.bm != 64) return false;
+        const TileCost &t = TILE_COSTS[tuning.bn == 32 ? 2 : 1];
+        if (slots_of(t) < 1) return false;
+        *c = Config{t.bm, t.bn, 0, tuning.split, tuning.group_m};
+        const int64_t tiles = bfp8_ceil_div(m, t.bm) * bfp8_ceil_div(n, t.bn);
+        double us;
+        if (c->split == 0 && tiles <= slots_of(t))
+            c->split = best_split(t, tiles, slots_of(t), num_k_blocks, num_sms, &us);
+        return true;
+    }
+    if (tuning.given && (tuning.bn >= 0 || tuning.split > 0)) return false;
+    if (bfp8_ceil_div(m, 128) * bfp8_ceil_div(n, 128) >= slots_128) return false;
+    double best_us = INFINITY;
+    int best = -1, split = 1;
+    for (int i = 0; i < NUM_TILE_COSTS; ++i) {
+        const TileCost &t = TILE_COSTS[i];
+        const int64_t tiles = bfp8_ceil_div(m, t.bm) * bfp8_ceil_div(n, t.bn);
+        /* (past one wave, narrow tiles measured slower than 128 x 128: their
+         * many small adds into D) */
+        if (slots_of(t) < 1 || tiles > slots_of(t)) continue;
+        double us;
+        const int s = best_split(t, tiles, slots_of(t), num_k_blocks, num_sms, &us);
+        if (us < best_us) {
+            best_us = us;
+            best = i;
+            split = s;
+        }
+    }
+    if (best < 0) return false;
+    *c = Config{TILE_COSTS[best].bm, TILE_COSTS[best].bn, 0, split, tuning.given ? tuning.group_m : 0};
+    return true;
+}
+
 Config grouped_config(const bfp8_gemm_tuning &tuning) {
     Config c = {128, 128, 0, 1, 0};
     c.group_m = tuning.group_m;
@@ -209,17 +291,19 @@ bool small_1d2d_applies(const bfp8_context *ctx, int m, int64_t k) {
 }
 
 /* 1D1D, an n x k output over `tokens`: the small kernel wins only on the
- * smallest outputs over 512 to 8192 tokens (256 x 256 over 512 / 4096 /
- * 8192 tokens: 0.93 / 0.86 / 0.59 against 0.46 / 0.54 / 0.49 for the
- * tensor-core kernel), not over more (16384 / 32768 tokens: 0.37 / 0.23
- * against 0.48 / 0.42; H200, CUDA graphs, the small kernel on and off in
- * bench/results/2026-12-04_gemm_grid_h200.txt; the tensor-core kernel over
- * 512 tokens: the small-kernel file above); over 1 to 64 tokens the
- * tensor-core kernel is ahead of it on every output of the grid (e.g. 64
- * tokens, 1024 x 1024: 0.76 against 0.34), and so it is for wider outputs
- * over 512 and 4096 tokens (4096 tokens, 256 x 1024: 0.56 against 0.28). */
+ * smallest outputs over 512 to 4096 tokens (256 x 256 over 512 / 2048 /
+ * 4096 tokens: 0.93 / 0.90 / 0.86, against 0.46 / 0.42 / 0.54 for 128 x 128
+ * tiles; the narrow tiles' model puts them at about 0.8 / 0.9 / 1.0), not
+ * over more: over 8192 tokens it runs at 0.59 against 1.01 for the narrow
+ * tiles' choice, 64 x 32 split 8 ways (H200, CUDA graphs;
+ * bench/results/2026-12-04_gemm_grid_narrow_tiles_h200.txt, and for the
+ * tensor-core kernel over 512 tokens the small-kernel file above); over 1 to
+ * 64 tokens the tensor-core kernel is ahead of it on every output of the
+ * grid (e.g. 64 tokens, 1024 x 1024: 0.76 against 0.34 with 128 x 128
+ * tiles), and so it is for wider outputs over 512 and 4096 tokens (4096
+ * tokens, 256 x 1024: 0.56 against 0.28). */
 constexpr int64_t SMALL_1D1D_MAX_OUTPUTS = 256 * 256;
-constexpr int SMALL_1D1D_MIN_TOKENS = 512, SMALL_1D1D_MAX_TOKENS = 8192;
+constexpr int SMALL_1D1D_MIN_TOKENS = 512, SMALL_1D1D_MAX_TOKENS = 4096;
 bool small_1d1d_applies(const bfp8_context *ctx, int n, int k, int tokens) {
     const int forced = tuning_of(ctx).small;
     if (forced != -1) return forced == 1;

@@ -42,6 +42,27 @@ constexpr Candidate CANDIDATES_1D1D[] = {{128, 128, 1.00}, {128, 192, 1.12}, {19
 constexpr int NUM_CANDIDATES_1D2D = (int)(sizeof CANDIDATES_1D2D / sizeof CANDIDATES_1D2D[0]);
 constexpr int NUM_CANDIDATES_1D1D = (int)(sizeof CANDIDATES_1D1D / sizeof CANDIDATES_1D1D[0]);
 
+/* 1D1D outputs of less than one wave of 128 x 128 tiles (a small layer's
+ * weight gradient, or few tokens): narrow tiles of one math warpgroup, so
+ * that the output and its k-blocks spread over more SMs, each storing less.
+ * (TMA outputs only: the kernels for outputs stored from registers are not
+ * built.) */
+struct NarrowTile {
+    int bm, bn;
+};
+constexpr NarrowTile NARROW_1D1D[] = {{64, 32}, {64, 64}};
+constexpr int NUM_NARROW_1D1D = (int)(sizeof NARROW_1D1D / sizeof NARROW_1D1D[0]);
+
+/* 1D1D outputs of less than one wave of 128 x 128 tiles: the tile (narrow
+ * or 128 x 128) and split (c: bm, bn, split) with the least modelled time of
+ * one wave (k-blocks, the output tile's add into D, a split's
+ * exchange); slots_128: CTAs of the 128 x 128 kernel resident at once,
+ * narrow_slots: of each narrow tile. False: choose_config's choice stands
+ * (larger outputs, or BFP8_GEMM_CONFIG forcing a wider tile or a split;
+ * bm=64 forces a narrow one). */
+bool choose_small_output_1d1d(const bfp8_gemm_tuning &tuning, int m, int n, int num_k_blocks, int slots_128,
+                              const int *narrow_slots, Config *c);
+
 /* The configuration with the least estimated time for an m x n output over
  * num_k_blocks, given how many CTAs of each candidate are resident at once
  * (slots, one per candidate; 0: the kernel does not fit), unless the

@@ -24,19 +24,25 @@ constexpr int BLOCK_K = 128; /* one scale block per pipeline stage */
  * (BN = 128 only).
  * BM = 256 (1D1D only): two math warpgroups of 128 rows, each as two "row
  * groups" of 64 whose wgmma run one after the other into the same scratch
- * accumulator. A thread then holds 4 rows x BN / 4 columns of the tile. */
+ * accumulator. A thread then holds 4 rows x BN / 4 columns of the tile.
+ * BM = 64 (1D1D only, narrow tiles for small outputs): one math warpgroup,
+ * which keeps the registers it is launched with (no reallocation), two CTAs
+ * an SM. */
 template <int BM> struct Warps {
-    static_assert(BM == 128 || BM == 192 || BM == 256, "BM is 128, 192 or 256");
+    static_assert(BM == 64 || BM == 128 || BM == 192 || BM == 256, "BM is 64, 128, 192 or 256");
     static constexpr int ROW_GROUPS = BM == 256 ? 2 : 1;
     static constexpr int MATH_WG = BM / 64 / ROW_GROUPS;
     static constexpr int MATH_WARPS = 4 * MATH_WG;
     static constexpr int NUM_THREADS = 128 * (MATH_WG + 1);
-    static constexpr int LAUNCH_REGS = 65536 / NUM_THREADS / 8 * 8; /* 168 or 128 */
+    static constexpr bool REALLOCATE = MATH_WG > 1;
+    static constexpr int CTAS_PER_SM = MATH_WG == 1 ? 2 : 1; /* (the launch bounds' minimum) */
+    static constexpr int LAUNCH_REGS = REALLOCATE ? 65536 / NUM_THREADS / 8 * 8 : 0; /* 168 or 128 */
     static constexpr int PRODUCER_REGS = ROW_GROUPS == 2 ? 24 : MATH_WG == 2 ? 56 : 32;
     static constexpr int MATH_REGS = ROW_GROUPS == 2 ? 240 : MATH_WG == 2 ? 224 : 160;
     /* setmaxnreg.inc blocks until the registers are free in the CTA's own pool: what
      * the producer gives back must cover what the math warpgroups take, or it hangs. */
-    static_assert((LAUNCH_REGS - PRODUCER_REGS) * 128 >= (MATH_REGS - LAUNCH_REGS) * 128 * MATH_WG,
+    static_assert(!REALLOCATE ||
+                      (LAUNCH_REGS - PRODUCER_REGS) * 128 >= (MATH_REGS - LAUNCH_REGS) * 128 * MATH_WG,
                   "register reallocation must balance");
 };
 

@@ -67,13 +67,17 @@ template <int BM, int BN, bool B_1X128, int STAGES, int TMA_OUT = TMA_NONE> stru
                   "row groups: 1D1D 256 x 112 tiles");
 };
 
-/* The most stages of a configuration that fit in shared memory (at most 8). */
+/* The most stages of a configuration that fit in shared memory (at most 8);
+ * for the narrow tiles (BM = 64, Warps::CTAS_PER_SM = 2), in half of it: a
+ * narrow CTA's k-blocks go at a pace of their own whatever the stages, so an
+ * SM runs two. */
 template <int BM, int BN, bool B_1X128, int TMA_OUT> constexpr int stages_for() {
     using One = SharedLayout<BM, BN, B_1X128, 1, TMA_OUT>;
     constexpr bool STAGING = TMA_OUT != TMA_NONE;
-    constexpr int limit = 227 * 1024 - One::STAGING_BYTES * Warps<BM>::MATH_WG;
-    /* + alignment of the staging buffers and of the scale operands (SCALE_MMA) */
-    constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0) + (One::SCALE_MMA ? 1024 : 0);
+    constexpr int limit = 227 * 1024 / Warps<BM>::CTAS_PER_SM - One::STAGING_BYTES * Warps<BM>::MATH_WG;
+    /* + alignment of the staging buffers and of the scale operands (SCALE_MMA), + the
+     * shared memory the system reserves for each CTA */
+    constexpr int fixed = 1024 + 64 + (STAGING ? 1024 : 0) + (One::SCALE_MMA ? 1024 : 0) + 1024;
     constexpr int fit = (limit - fixed) / ((int)One::STAGE_BYTES + 16);
     return fit > 8 ? 8 : fit;
 }
@@ -146,11 +150,46 @@ template <int STAGES> __device__ __forceinline__ void next_stage(int &s, uint32_
     }
 }
 
+/* D(64 x 32, f32) (+)= A(64 x 32, e4m3, smem) . B(32 x 32, e4m3, smem)^T; d holds 16 f32 per
+ * thread (the narrow tiles of small 1D1D outputs). */
+__device__ __forceinline__ void wgmma_m64n32k32_e4m3(float (&d)[16], uint64_t desc_a, uint64_t desc_b,
+                                                     int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %18, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, %16, %17, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+/* D(64 x 64, f32) (+)= A(64 x 32, e4m3, smem) . B(64 x 32, e4m3, smem)^T; d holds 32 f32 per
+ * thread (the narrow tiles of small 1D1D outputs). */
+__device__ __forceinline__ void wgmma_m64n64k32_e4m3(float (&d)[32], uint64_t desc_a, uint64_t desc_b,
+                                                     int accumulate) {
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, %32, %33, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
 /* The m64nBNk32 wgmma for a tile width. */
 template <int BN>
 __device__ __forceinline__ void wgmma_e4m3(float (&d)[BN / 2], uint64_t desc_a, uint64_t desc_b, int accumulate) {
     using namespace bfp8_sm90;
-    if constexpr (BN == 112) wgmma_m64n112k32_e4m3(d, desc_a, desc_b, accumulate);
+    if constexpr (BN == 32) wgmma_m64n32k32_e4m3(d, desc_a, desc_b, accumulate);
+    else if constexpr (BN == 64) wgmma_m64n64k32_e4m3(d, desc_a, desc_b, accumulate);
+    else if constexpr (BN == 112) wgmma_m64n112k32_e4m3(d, desc_a, desc_b, accumulate);
     else if constexpr (BN == 128) wgmma_m64n128k32_e4m3(d, desc_a, desc_b, accumulate);
     else {
         static_assert(BN == 192, "no wgmma for this tile width");

@@ -77,12 +77,14 @@ __device__ __forceinline__ GroupedMTile grouped_m_tile(const Params &p, int t) {
  * the grid before it, whose outputs may be its operands (a programmatic
  * dependent launch, BFP8_OPTION_GEMM_PDL), and lets the next grid launch. A
  * split grid behind its whole tiles waits for them only at its end
- * (split_grid_end), and lets no grid launch before it ends, for the tiles it
- * sums. */
+ * (split_grid_end). Letting the next grid launch cannot starve the split
+ * units' exchange: it launches once every CTA of this grid has passed here,
+ * so all of them are resident by then; and it waits for this grid's end
+ * before it reads or writes anything (the split workspace too). */
 template <bool SPLITS> __device__ __forceinline__ void grid_order_start(const Params &p) {
     using namespace bfp8_sm90;
     if (!SPLITS || !p.behind_whole_tiles()) griddep_wait();
-    if (!SPLITS) griddep_launch_dependents();
+    griddep_launch_dependents();
 }
 /* The split grid completes after the grid of its whole tiles, so that a
  * kernel stream-ordered behind it sees every tile. */
@@ -115,15 +117,28 @@ __device__ __forceinline__ bool combine_k_slices(const Params &p, int tail, int 
         *counter = 0u; /* every other slice has counted in: ready for the next launch */
     }
     named_barrier_sync(1 + warpgroup, 128);
-    for (int s = 1; s < p.split; ++s) {
-        const float4 *other = partial(tail + s);
+    /* the partials of BATCH slices loaded at once (narrow tiles: one trip to
+     * L2 for several), then added in slice order */
+    constexpr int BATCH = ACC <= 16 ? 4 : ACC <= 32 ? 2 : 1;
+    for (int s = 1; s < p.split; s += BATCH) {
+        float4 v[BATCH][ACC / 4];
 #pragma unroll
-        for (int i = 0; i < ACC / 4; ++i) {
-            const float4 v = __ldcg(other + 128 * i);
-            fin[4 * i] += v.x;
-            fin[4 * i + 1] += v.y;
-            fin[4 * i + 2] += v.z;
-            fin[4 * i + 3] += v.w;
+        for (int b = 0; b < BATCH; ++b) {
+            if (s + b >= p.split) break;
+            const float4 *other = partial(tail + s + b);
+#pragma unroll
+            for (int i = 0; i < ACC / 4; ++i) v[b][i] = __ldcg(other + 128 * i);
+        }
+#pragma unroll
+        for (int b = 0; b < BATCH; ++b) {
+            if (s + b >= p.split) break;
+#pragma unroll
+            for (int i = 0; i < ACC / 4; ++i) {
+                fin[4 * i] += v[b][i].x;
+                fin[4 * i + 1] += v[b][i].y;
+                fin[4 * i + 2] += v[b][i].z;
+                fin[4 * i + 3] += v[b][i].w;
+            }
         }
     }
     return true;

@@ -444,12 +444,12 @@ static bfp8_qmatrix random_device_operand(int64_t rows, int64_t cols, bfp8_granu
 
 /* Every tile the heuristic chooses among (src/cuda/gemm_fp8_host.h), with outputs
  * through the TMA unit and from registers, and "" for the heuristic's choice.
- * (bm=256 exists for 1D1D only: config_fits) */
-static const char *configs[] = {"bn=128", "bn=192", "bm=192,bn=128", "bn=128,store=direct", "bn=192,store=direct",
-                                "bm=256,bn=112", ""};
+ * (bm=256 and the narrow bm=64 exist for 1D1D only: config_fits) */
+static const char *configs[] = {"bn=128",        "bn=192",        "bm=192,bn=128", "bn=128,store=direct",
+                                "bn=192,store=direct", "bm=256,bn=112", "bm=64,bn=32",   "bm=64,bn=64", ""};
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
 static int config_fits(enum gemm_kind kind, const char *config) {
-    return kind == GEMM_1D2D ? !strstr(config, "bm=256") : 1;
+    return kind == GEMM_1D2D ? !strstr(config, "bm=256") && !strstr(config, "bm=64") : 1;
 }
 
 static void time_configs(const char *filter) {
@@ -600,7 +600,8 @@ int main(int argc, char **argv) {
         {"bn=192,split=3", GEMM_1D2D, 300, 200, 4096, 0}, {"bm=192,bn=128,split=5", GEMM_1D2D, 1000, 136, 4097, 0},
         {"split=8", GEMM_1D1D, 300, 260, 1000, 2},        {"bm=192,bn=128,split=7", GEMM_1D1D, 520, 392, 4097, 1},
         {"split=1", GEMM_1D1D, 127, 129, 4096, 0},         {"bm=256,bn=112,split=6", GEMM_1D1D, 600, 300, 4097, 1},
-        {"bm=256,bn=112,split=1", GEMM_1D1D, 600, 300, 4097, 0},
+        {"bm=256,bn=112,split=1", GEMM_1D1D, 600, 300, 4097, 0}, {"bm=64,bn=32,split=5", GEMM_1D1D, 300, 260, 1000, 2},
+        {"bm=64,bn=64,split=16", GEMM_1D1D, 130, 200, 4097, 1}, {"bm=64,bn=64,split=3", GEMM_1D1D, 72, 60, 300, 0},
         /* a full wave of whole tiles (one launch) and a split last wave (another) */
         {"bn=128", GEMM_1D2D, 2048, 1152, 4096, 0}, {"bn=128", GEMM_1D1D, 2048, 1152, 4096, 1},
     };
