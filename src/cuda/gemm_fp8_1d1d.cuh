@@ -260,41 +260,24 @@ __global__ void __launch_bounds__(Warps<BM>::NUM_THREADS, Warps<BM>::CTAS_PER_SM
                     const int nk = w.kb1 - w.kb0;
                     if (nk == 0) return;
                     float acc2[ACC];
-                    int s0 = stage;
-                    uint32_t ph0 = phase;
-                    issue_into(acc, s0, ph0, 0);
-                    for (int kb = 0;; kb += 2) {
-                        int s1 = s0;
-                        uint32_t ph1 = ph0;
-                        next_stage<STAGES>(s1, ph1);
+                    /* k-block kb, in `cur` from stage s: start kb + 1 into `next`,
+                     * promote kb, step to kb + 1's stage; true if kb was the last */
+                    auto promote_next_running = [&](float(&cur)[ACC], float(&next)[ACC], int kb) {
+                        int s = stage;
+                        uint32_t ph = phase;
+                        next_stage<STAGES>(stage, phase);
                         if (kb + 1 < nk) {
-                            issue_into(acc2, s1, ph1, 0);
+                            issue_into(next, stage, phase, 0);
                             wgmma_wait<1>();
                         } else {
                             wgmma_wait<0>();
                         }
-                        promote_from(acc, s0, ph0);
-                        if (kb + 1 == nk) {
-                            stage = s1;
-                            phase = ph1;
-                            return;
-                        }
-                        s0 = s1;
-                        ph0 = ph1;
-                        next_stage<STAGES>(s0, ph0);
-                        if (kb + 2 < nk) {
-                            issue_into(acc, s0, ph0, 0);
-                            wgmma_wait<1>();
-                        } else {
-                            wgmma_wait<0>();
-                        }
-                        promote_from(acc2, s1, ph1);
-                        if (kb + 2 == nk) {
-                            stage = s0;
-                            phase = ph0;
-                            return;
-                        }
-                    }
+                        promote_from(cur, s, ph);
+                        return kb + 1 == nk;
+                    };
+                    issue_into(acc, stage, phase, 0);
+                    for (int kb = 0;; kb += 2)
+                        if (promote_next_running(acc, acc2, kb) || promote_next_running(acc2, acc, kb + 1)) return;
                 } else if constexpr (L::SCALE_MMA) {
                     const int nk = w.kb1 - w.kb0;
                     for (int left = (nk + STAGES - 1) / STAGES; left > 0; --left) {
