@@ -10,7 +10,8 @@
  *   BFP8_GEMM_CONFIG="bm=192,bn=128"  force a tile (bm 128 unless given) among
  *                                     the candidates (1D1D with f32 outputs
  *                                     through the TMA unit: the narrow bm=64,
- *                                     bn=32 or 64 too); "store=direct": outputs
+ *                                     bn=32 or 64 too, where its tiles fit in
+ *                                     one wave); "store=direct": outputs
  *                                     stored from registers, not by TMA;
  *                                     "split=N": the last wave's tiles in N
  *                                     k-slices (1: never split; the default
@@ -195,12 +196,12 @@ bool choose_small_output_1d1d(const bfp8_gemm_tuning &tuning, int m, int n, int 
     if (tuning.given && tuning.bm >= 0) { /* a forced narrow tile (others: choose_config) */
         if (tuning.bm != 64) return false;
         const TileCost &t = TILE_COSTS[tuning.bn == 32 ? 2 : 1];
-        if (slots_of(t) < 1) return false;
-        *c = Config{t.bm, t.bn, 0, tuning.split, tuning.group_m};
         const int64_t tiles = bfp8_ceil_div(m, t.bm) * bfp8_ceil_div(n, t.bn);
+        /* (narrow tiles run one wave of units, split or not, never more) */
+        if (slots_of(t) < 1 || tiles > slots_of(t)) return false;
+        *c = Config{t.bm, t.bn, 0, tuning.split, tuning.group_m};
         double us;
-        if (c->split == 0 && tiles <= slots_of(t))
-            c->split = best_split(t, tiles, slots_of(t), num_k_blocks, num_sms, &us);
+        if (c->split == 0) c->split = best_split(t, tiles, slots_of(t), num_k_blocks, num_sms, &us);
         return true;
     }
     if (tuning.given && (tuning.bn >= 0 || tuning.split > 0)) return false;

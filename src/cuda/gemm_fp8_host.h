@@ -59,7 +59,7 @@ constexpr int NUM_NARROW_1D1D = (int)(sizeof NARROW_1D1D / sizeof NARROW_1D1D[0]
  * exchange); slots_128: CTAs of the 128 x 128 kernel resident at once,
  * narrow_slots: of each narrow tile. False: choose_config's choice stands
  * (larger outputs, or BFP8_GEMM_CONFIG forcing a wider tile or a split;
- * bm=64 forces a narrow one). */
+ * bm=64 forces a narrow one where its tiles fit in one wave). */
 bool choose_small_output_1d1d(const bfp8_gemm_tuning &tuning, int m, int n, int num_k_blocks, int slots_128,
                               const int *narrow_slots, Config *c);
 
