@@ -28,15 +28,15 @@
 #include <string.h>
 #include <time.h>
 
+#include "test_gemm_gpu.h"
 #include "test_util.h"
 
 #if defined(BFP8_WITH_CUDA)
 #include <cuda_runtime.h>
 #endif
 
-static bfp8_context *cpu, *gpu;
-
-enum gemm_kind { GEMM_1D2D, GEMM_1D1D };
+static bfp8_context *cpu;
+bfp8_context *gpu;
 
 /* ------------------------------------------------------------------------ */
 /* Quantized operands on the host, and their copies on the device            */
@@ -47,7 +47,7 @@ typedef struct operand {
     bfp8_qmatrix dev;  /* device copy, same layout */
 } operand;
 
-static void *gpu_alloc(size_t bytes) {
+void *gpu_alloc(size_t bytes) {
     void *p = NULL;
     if (bfp8_malloc(gpu, &p, bytes) != BFP8_OK)
         test_fatal("device allocation of %zu bytes: %s", bytes, bfp8_last_error());
@@ -57,7 +57,7 @@ static void *gpu_alloc(size_t bytes) {
 /* BFP8_GEMM_CONFIG for the GEMMs that follow (NULL or "": the heuristic's
  * choice). The library reads it when a context is created, so the GPU
  * context is made again (device memory is not the context's: it stays). */
-static void use_config(const char *config) {
+void use_config(const char *config) {
     if (config && config[0]) setenv("BFP8_GEMM_CONFIG", config, 1);
     else unsetenv("BFP8_GEMM_CONFIG");
     bfp8_context_synchronize(gpu);
@@ -410,101 +410,14 @@ static void check_graph_capture(uint64_t seed) {
 }
 #endif
 
-/* ------------------------------------------------------------------------ */
-/* Timing (--time): every configuration on the TARGETS.md shapes             */
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Random fp8 codes (no NaN) and scales in [0.5, 1): timing needs no quantizer. */
-static bfp8_qmatrix random_device_operand(int64_t rows, int64_t cols, bfp8_granularity gran, uint64_t seed) {
-    bfp8_qmatrix q;
-    size_t data_bytes, scale_bytes;
-    bfp8_qmatrix_layout(&q, rows, cols, gran, &data_bytes, &scale_bytes);
-    uint8_t *data = test_malloc(data_bytes);
-    float *scales = test_malloc(scale_bytes);
-    test_rng rng;
-    test_rng_seed(&rng, seed);
-    for (size_t i = 0; i < data_bytes; i += 8) {
-        uint64_t r = test_rng_next(&rng);
-        for (size_t j = 0; j < 8 && i + j < data_bytes; ++j, r >>= 8) data[i + j] = (uint8_t)(r & 0xbf);
-    }
-    for (size_t i = 0; i < scale_bytes / 4; ++i) scales[i] = 0.5f + 0.5f * (float)test_rng_uniform(&rng);
-    q.data = gpu_alloc(data_bytes);
-    q.scales = gpu_alloc(scale_bytes);
-    bfp8_copy_to_backend(gpu, q.data, data, data_bytes);
-    bfp8_copy_to_backend(gpu, q.scales, scales, scale_bytes);
-    free(data);
-    free(scales);
-    return q;
-}
-
 /* Every tile the heuristic chooses among (src/cuda/gemm_fp8_host.h), with outputs
  * through the TMA unit and from registers, and "" for the heuristic's choice.
  * (bm=256 and the narrow bm=64 exist for 1D1D only: config_fits) */
-static const char *configs[] = {"bn=128",        "bn=192",        "bm=192,bn=128", "bn=128,store=direct",
+const char *const configs[] = {"bn=128",        "bn=192",        "bm=192,bn=128", "bn=128,store=direct",
                                 "bn=192,store=direct", "bm=256,bn=112", "bm=64,bn=32",   "bm=64,bn=64", ""};
-enum { NUM_CONFIGS = sizeof configs / sizeof configs[0] };
-static int config_fits(enum gemm_kind kind, const char *config) {
+const int NUM_CONFIGS = (int)(sizeof configs / sizeof configs[0]);
+int config_fits(enum gemm_kind kind, const char *config) {
     return kind == GEMM_1D2D ? !strstr(config, "bm=256") && !strstr(config, "bm=64") : 1;
-}
-
-static void time_configs(const char *filter) {
-    static const int64_t fprop[][3] = {{16384, 4096, 4096}, {16384, 14336, 4096}, {16384, 4096, 14336},
-                                       {4096, 7168, 16384}, {8192, 8192, 8192}};
-    static const int64_t wgrad[][3] = {/* N, K, M(tokens) */ {4096, 4096, 16384}, {14336, 4096, 16384},
-                                       {4096, 14336, 16384}, {8192, 8192, 8192}};
-
-    printf("\n%-10s %-22s %-18s %10s %8s\n", "gemm", "shape", "config", "time_us", "TFLOP/s");
-    for (int kind = 0; kind < 2; ++kind) {
-        const int count = kind == 0 ? 5 : 4;
-        for (int s = 0; s < count; ++s) {
-            const int64_t *sh = kind == 0 ? fprop[s] : wgrad[s];
-            const int64_t rows = sh[0], cols = sh[1], kdim = sh[2];
-            bfp8_qmatrix a = random_device_operand(rows, kdim, BFP8_GRAN_1X128, 11);
-            bfp8_qmatrix b = random_device_operand(cols, kdim, kind == 0 ? BFP8_GRAN_128X128 : BFP8_GRAN_1X128, 12);
-            const bfp8_dtype dt = kind == 0 ? BFP8_BF16 : BFP8_F32;
-            bfp8_matrix d = {gpu_alloc((size_t)(rows * cols) * bfp8_dtype_size(dt)), dt, rows, cols, cols};
-            for (int c = 0; c < NUM_CONFIGS; ++c) {
-                if (filter && configs[c][0] && !strstr(configs[c], filter)) continue;
-                if (!config_fits(kind == 0 ? GEMM_1D2D : GEMM_1D1D, configs[c])) continue;
-                use_config(configs[c]);
-                bfp8_status st = BFP8_OK;
-                for (int w = 0; w < 3 && st == BFP8_OK; ++w)
-                    st = kind == 0 ? bfp8_gemm_1d2d(gpu, &a, &b, &d) : bfp8_gemm_1d1d(gpu, &a, &b, &d, &d);
-                bfp8_context_synchronize(gpu);
-                double best = INFINITY;
-                for (int rep = 0; rep < 5 && st == BFP8_OK; ++rep) {
-                    const int iters = 10;
-                    const double t0 = now_seconds();
-                    for (int i = 0; i < iters && st == BFP8_OK; ++i)
-                        st = kind == 0 ? bfp8_gemm_1d2d(gpu, &a, &b, &d) : bfp8_gemm_1d1d(gpu, &a, &b, &d, &d);
-                    if (bfp8_context_synchronize(gpu) != BFP8_OK) st = BFP8_ERR_CUDA;
-                    const double t = (now_seconds() - t0) / iters;
-                    if (t < best) best = t;
-                }
-                char shape[64];
-                snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)rows, (long long)cols, (long long)kdim);
-                if (st != BFP8_OK) {
-                    printf("%-10s %-22s %-18s failed: %s\n", kind == 0 ? "1d2d" : "1d1d", shape,
-                           configs[c][0] ? configs[c] : "auto", bfp8_last_error());
-                    CHECK(0, "timing run failed");
-                    continue;
-                }
-                printf("%-10s %-22s %-18s %10.1f %8.1f\n", kind == 0 ? "1d2d" : "1d1d", shape,
-                       configs[c][0] ? configs[c] : "auto", best * 1e6, 2.0 * rows * cols * kdim / best * 1e-12);
-            }
-            use_config(NULL);
-            bfp8_free(gpu, a.data);
-            bfp8_free(gpu, a.scales);
-            bfp8_free(gpu, b.data);
-            bfp8_free(gpu, b.scales);
-            bfp8_free(gpu, d.data);
-        }
-    }
 }
 
 /* wgrad shapes that crash other implementations, and ragged token counts */
