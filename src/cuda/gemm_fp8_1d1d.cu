@@ -52,8 +52,10 @@ bfp8_status bfp8_cuda_gemm_1d1d(bfp8_context *ctx, const bfp8_qmatrix *a, const 
                          candidate_slots<3>(ctx)};
     Config cfg = choose_config(tuning_of(ctx), true, p.m, p.n, p.num_k_blocks, slots);
     const int path = output_path(true, cfg, p);
-    const int narrow[] = {narrow_slots<0>(ctx), narrow_slots<1>(ctx)};
-    if (path != TMA_NONE) choose_small_output_1d1d(tuning_of(ctx), p.m, p.n, p.num_k_blocks, slots[0], narrow, &cfg);
+    if (path != TMA_NONE) { /* small outputs: maybe narrow tiles (f32 outputs through the TMA unit only) */
+        const int narrow[] = {narrow_slots<0>(ctx), narrow_slots<1>(ctx)};
+        choose_small_output_1d1d(tuning_of(ctx), p.m, p.n, p.num_k_blocks, slots[0], narrow, &cfg);
+    }
     switch (path) {
     case TMA_F32: return launch_tile<TMA_F32>(cfg, ctx, a, b, p);
     case TMA_F32_ADD: return launch_tile<TMA_F32_ADD>(cfg, ctx, a, b, p);

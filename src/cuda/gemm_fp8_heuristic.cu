@@ -189,13 +189,24 @@ static int best_split(const TileCost &t, int64_t tiles, int slots, int num_k_blo
     return best;
 }
 
+/* The cost of tile bm x bn (one of TILE_COSTS). */
+static const TileCost &tile_cost(int bm, int bn) {
+    for (const TileCost &t : TILE_COSTS)
+        if (t.bm == bm && t.bn == bn) return t;
+    return TILE_COSTS[0];
+}
+
 bool choose_small_output_1d1d(const bfp8_gemm_tuning &tuning, int m, int n, int num_k_blocks, int slots_128,
                               const int *narrow_slots, Config *c) {
     const int num_sms = slots_128; /* one 128 x 128 CTA an SM */
-    auto slots_of = [&](const TileCost &t) { return t.bm == 128 ? slots_128 : narrow_slots[t.bn == 32 ? 0 : 1]; };
+    auto slots_of = [&](const TileCost &t) {
+        for (int i = 0; i < NUM_NARROW_1D1D; ++i)
+            if (NARROW_1D1D[i].bm == t.bm && NARROW_1D1D[i].bn == t.bn) return narrow_slots[i];
+        return slots_128;
+    };
     if (tuning.given && tuning.bm >= 0) { /* a forced narrow tile (others: choose_config) */
         if (tuning.bm != 64) return false;
-        const TileCost &t = TILE_COSTS[tuning.bn == 32 ? 2 : 1];
+        const TileCost &t = tile_cost(64, tuning.bn == 32 ? 32 : 64);
         const int64_t tiles = bfp8_ceil_div(m, t.bm) * bfp8_ceil_div(n, t.bn);
         /* (narrow tiles run one wave of units, split or not, never more) */
         if (slots_of(t) < 1 || tiles > slots_of(t)) return false;
