@@ -232,6 +232,18 @@ bfp8_status bfp8_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qm
 bfp8_status bfp8_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
                                   bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
 
+/*
+ * A stack of weights in one call (a mixture-of-experts layer's experts): x
+ * holds G = x->rows / group_rows matrices of group_rows rows each
+ * (group_rows and x->cols multiples of 128).
+ *   out:   x->rows x x->cols, as bfp8_quantize_128x128 would write it
+ *   out_t: (G x->cols) x group_rows, the G transposes stacked: rows
+ *          [g C, (g + 1) C) hold matrix g's blocks transposed (may be NULL)
+ */
+bfp8_status bfp8_quantize_128x128_stacked(bfp8_context *ctx, const bfp8_matrix *x, int64_t group_rows,
+                                          bfp8_qmatrix *out, bfp8_qmatrix *out_t,
+                                          const bfp8_quantize_options *options);
+
 /* out (f32 or bf16, rows x cols of q) = codes * scales. */
 bfp8_status bfp8_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out);
 
@@ -507,13 +519,17 @@ bfp8_status bfp8_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert, int
 
 /*
  * xp[r] = x[token of row_slot[r]] (zeros for padding rows), for r < P, the
- * rows of xp / xp_q. x: T x H f32 or bf16; xp: P x H f32 or bf16 (either
- * dtype: converted on the way), or NULL; xp_q: P x H 1x128, or NULL: the
- * same rows quantized as bfp8_quantize_1x128(xp in x's precision) would,
- * bit for bit, without a pass over xp. At least one output.
+ * rows of xp / xp_q / xp_qt. x: T x H f32 or bf16; xp: P x H f32 or bf16
+ * (either dtype: converted on the way), or NULL; xp_q: P x H 1x128, or
+ * NULL: the same rows quantized as bfp8_quantize_1x128(xp in x's
+ * precision) would, bit for bit, without a pass over xp; xp_qt: H x P
+ * 1x128, or NULL: xp's columns quantized likewise (out_cols of
+ * bfp8_quantize_1x128; P and H multiples of 128), from the same read of x.
+ * At least one output.
  */
 bfp8_status bfp8_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
-                             bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options);
+                             bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt,
+                             const bfp8_quantize_options *options);
 
 /*
  * y[t] = (accumulate ? y[t] : 0) + sum_j w[t, j] yp[slot_row[t k + j]],
@@ -527,15 +543,19 @@ bfp8_status bfp8_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int
 /*
  * Backward of bfp8_moe_combine (accumulate 0) at dy (T x H):
  *   dyp[r] = w[s] dy[token of s], s = row_slot[r] (zeros for padding rows),
- *     as dyp (P x H f32 / bf16) and / or quantized rows dyp_q (as permute);
+ *     as dyp (P x H f32 / bf16) and / or quantized as permute's: rows dyp_q,
+ *     columns dyp_qt (both quantized from the fp32 products w[s] dy);
  *   d_topk_weight[s] = dot(dy[token of s], yp[slot_row[s]]) (0 for a dropped
- *     slot), in a fixed order (32 strided fp32 partial sums, then a
- *     butterfly); skipped when d_topk_weight is NULL (then yp may be NULL).
+ *     slot), in a fixed order (128 fp32 partial sums: column c into sum
+ *     (c / 128 mod 4, c mod 128 / 4), columns ascending; the four groups of
+ *     32 each added by an xor butterfly, then in order); yp has dyp's rows;
+ *     skipped when d_topk_weight is NULL (then yp may be NULL).
+ * row_slot and slot_row are the two tables of one bfp8_moe_dispatch.
  * topk_weight NULL: every w = 1.
  */
 bfp8_status bfp8_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
                                       const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight,
-                                      int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q,
+                                      int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt,
                                       const bfp8_quantize_options *options, float *d_topk_weight);
 
 /* SwiGLU on rows of [gate | up] (gu: R x 2F f32): h = silu(gate) * up,

@@ -126,7 +126,8 @@ bfp8_status bfp8_check_quantize_options(const bfp8_context *ctx, const bfp8_quan
 /* CPU reference (src/cpu). */
 bfp8_status bfp8_cpu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
                                 bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
-bfp8_status bfp8_cpu_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
+/* group_rows 0: x is one matrix; else a stack of them (bfp8_quantize_128x128_stacked) */
+bfp8_status bfp8_cpu_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, int64_t group_rows, bfp8_qmatrix *out,
                                   bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
 bfp8_status bfp8_cpu_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out);
 bfp8_status bfp8_cpu_convert(bfp8_context *ctx, const bfp8_matrix *src, bfp8_matrix *dst);
@@ -154,8 +155,8 @@ bfp8_status bfp8_cpu_swiglu_backward_quantize_1x128(bfp8_context *ctx, const bfp
 /* CUDA (src/cuda; without CUDA support, src/core/cuda_stubs.c). */
 bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out_rows,
                                  bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
-bfp8_status bfp8_cuda_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
-                                   bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
+bfp8_status bfp8_cuda_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, int64_t group_rows,
+                                   bfp8_qmatrix *out, bfp8_qmatrix *out_t, const bfp8_quantize_options *options);
 bfp8_status bfp8_cuda_swiglu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *gate_up, bfp8_qmatrix *out_rows,
                                             bfp8_qmatrix *out_cols, const bfp8_quantize_options *options);
 bfp8_status bfp8_cuda_swiglu_backward_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *dout,
@@ -219,12 +220,12 @@ bfp8_status bfp8_cpu_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert,
         int num_experts, int64_t capacity, int64_t max_rows, int32_t *slot_row, int32_t *row_slot, int64_t *offsets,
         int64_t *routed);
 bfp8_status bfp8_cpu_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
-        bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options);
+        bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt, const bfp8_quantize_options *options);
 bfp8_status bfp8_cpu_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
         const float *topk_weight, int top_k, int accumulate, bfp8_matrix *y);
 bfp8_status bfp8_cpu_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
         const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight, int top_k, bfp8_matrix *dyp,
-        bfp8_qmatrix *dyp_q, const bfp8_quantize_options *options, float *d_topk_weight);
+        bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt, const bfp8_quantize_options *options, float *d_topk_weight);
 bfp8_status bfp8_cpu_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h);
 bfp8_status bfp8_cpu_moe_swiglu_backward(bfp8_context *ctx, const bfp8_matrix *gu, const bfp8_matrix *dh,
         bfp8_matrix *dgu);
@@ -238,12 +239,12 @@ bfp8_status bfp8_cuda_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert
         int num_experts, int64_t capacity, int64_t max_rows, int32_t *slot_row, int32_t *row_slot, int64_t *offsets,
         int64_t *routed);
 bfp8_status bfp8_cuda_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
-        bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options);
+        bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt, const bfp8_quantize_options *options);
 bfp8_status bfp8_cuda_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
         const float *topk_weight, int top_k, int accumulate, bfp8_matrix *y);
 bfp8_status bfp8_cuda_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
         const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight, int top_k, bfp8_matrix *dyp,
-        bfp8_qmatrix *dyp_q, const bfp8_quantize_options *options, float *d_topk_weight);
+        bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt, const bfp8_quantize_options *options, float *d_topk_weight);
 bfp8_status bfp8_cuda_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h);
 bfp8_status bfp8_cuda_moe_swiglu_backward(bfp8_context *ctx, const bfp8_matrix *gu, const bfp8_matrix *dh,
         bfp8_matrix *dgu);

@@ -42,9 +42,9 @@ bfp8_status bfp8_cuda_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bf
                                      bfp8_qmatrix *out_cols, const bfp8_quantize_options *options) {
     (void)ctx; (void)x; (void)out_rows; (void)out_cols; (void)options; return no_cuda();
 }
-bfp8_status bfp8_cuda_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
-                                       bfp8_qmatrix *out_t, const bfp8_quantize_options *options) {
-    (void)ctx; (void)x; (void)out; (void)out_t; (void)options; return no_cuda();
+bfp8_status bfp8_cuda_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, int64_t group_rows,
+                                       bfp8_qmatrix *out, bfp8_qmatrix *out_t, const bfp8_quantize_options *options) {
+    (void)ctx; (void)x; (void)group_rows; (void)out; (void)out_t; (void)options; return no_cuda();
 }
 bfp8_status bfp8_cuda_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out) {
     (void)ctx; (void)q; (void)out; return no_cuda();
@@ -129,9 +129,9 @@ bfp8_status bfp8_cuda_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert
     return no_cuda();
 }
 bfp8_status bfp8_cuda_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
-        bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options) {
+        bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt, const bfp8_quantize_options *options) {
     (void)ctx;
-    (void)x; (void)row_slot; (void)top_k; (void)xp; (void)xp_q; (void)options;
+    (void)x; (void)row_slot; (void)top_k; (void)xp; (void)xp_q; (void)xp_qt; (void)options;
     return no_cuda();
 }
 bfp8_status bfp8_cuda_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
@@ -142,9 +142,10 @@ bfp8_status bfp8_cuda_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, cons
 }
 bfp8_status bfp8_cuda_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
         const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight, int top_k, bfp8_matrix *dyp,
-        bfp8_qmatrix *dyp_q, const bfp8_quantize_options *options, float *d_topk_weight) {
+        bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt, const bfp8_quantize_options *options, float *d_topk_weight) {
     (void)ctx;
     (void)dy; (void)yp; (void)row_slot; (void)slot_row; (void)topk_weight; (void)top_k; (void)dyp; (void)dyp_q;
+    (void)dyp_qt;
     (void)options; (void)d_topk_weight;
     return no_cuda();
 }

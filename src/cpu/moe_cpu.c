@@ -3,7 +3,7 @@
  * "Mixture of experts"): router scores and top-k, their backward, the
  * dispatch plan, permutation with fused 1x128 quantization, the weighted
  * combine and its backward, SwiGLU. Every output element is computed in a
- * fixed order that the CUDA kernels (src/cuda/moe.cu) repeat; rows are
+ * fixed order that the CUDA kernels (src/cuda/moe.cu, moe_route.cu) repeat; rows are
  * independent, so the OpenMP split changes no bit.
  */
 #include <math.h>
@@ -14,6 +14,7 @@
 #include "internal.h"
 
 #define WARP 32
+#define GATHER_WARPS 4 /* the CUDA gather's warps per row (combine_backward's dot products) */
 
 static float load_element(const bfp8_matrix *m, int64_t r, int64_t c) {
     const int64_t i = r * m->ld + c;
@@ -192,13 +193,16 @@ static int64_t token_of(int32_t s, int top_k, int64_t tokens) {
 }
 
 /* Rows [0, rows) of out (and / or out_q): row r is weight(r) * src[token(r)]
- * or zeros, where row_slot names the slot. */
-static bfp8_status gather_rows(const bfp8_matrix *src, const int32_t *row_slot, int top_k, const float *weights,
-                               int64_t rows, bfp8_matrix *out, bfp8_qmatrix *out_q,
-                               const bfp8_quantize_options *options) {
+ * or zeros, where row_slot names the slot; out_t: those rows' fp32 values
+ * quantized by columns (the quantizer's out_cols). */
+static bfp8_status gather_rows(bfp8_context *ctx, const bfp8_matrix *src, const int32_t *row_slot, int top_k,
+                               const float *weights, int64_t rows, bfp8_matrix *out, bfp8_qmatrix *out_q,
+                               bfp8_qmatrix *out_t, const bfp8_quantize_options *options) {
     const int64_t cols = src->cols;
     const int pow2 = options ? options->pow2_scales : 0;
     int nonfinite = 0, out_of_memory = 0;
+    float *values = out_t ? malloc((size_t)(rows * cols) * sizeof(float)) : NULL;
+    if (out_t && !values) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "moe_cpu: out of host memory");
     #pragma omp parallel reduction(| : nonfinite, out_of_memory)
     {
         float *v = malloc((size_t)cols * sizeof(float));
@@ -214,19 +218,26 @@ static bfp8_status gather_rows(const bfp8_matrix *src, const int32_t *row_slot, 
             if (out)
                 for (int64_t c = 0; c < cols; ++c) store_element(out, r, c, v[c]);
             if (out_q) nonfinite |= quantize_row(v, cols, pow2, out_q, r);
+            if (values) memcpy(values + r * cols, v, (size_t)cols * sizeof(float));
         }
         free(v);
     }
-    if (out_of_memory) return bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "moe_cpu: out of host memory");
+    bfp8_status st = BFP8_OK;
+    if (out_of_memory) st = bfp8_fail(BFP8_ERR_OUT_OF_MEMORY, "moe_cpu: out of host memory");
     if (nonfinite && options && options->nonfinite_flag) *options->nonfinite_flag = 1;
-    return BFP8_OK;
+    if (st == BFP8_OK && values) {
+        const bfp8_matrix vm = {values, BFP8_F32, rows, cols, cols};
+        st = bfp8_cpu_quantize_1x128(ctx, &vm, NULL, out_t, options);
+    }
+    free(values);
+    return st;
 }
 
 bfp8_status bfp8_cpu_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
-                                 bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options) {
-    (void)ctx;
-    const int64_t rows = xp ? xp->rows : xp_q->rows;
-    return gather_rows(x, row_slot, top_k, NULL, rows, xp, xp_q, options);
+                                 bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt,
+                                 const bfp8_quantize_options *options) {
+    const int64_t rows = xp ? xp->rows : xp_q ? xp_q->rows : xp_qt->cols;
+    return gather_rows(ctx, x, row_slot, top_k, NULL, rows, xp, xp_q, xp_qt, options);
 }
 
 bfp8_status bfp8_cpu_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
@@ -248,12 +259,11 @@ bfp8_status bfp8_cpu_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const
 
 bfp8_status bfp8_cpu_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
                                           const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight,
-                                          int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q,
+                                          int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt,
                                           const bfp8_quantize_options *options, float *d_topk_weight) {
-    (void)ctx;
-    if (dyp || dyp_q) {
-        const int64_t rows = dyp ? dyp->rows : dyp_q->rows;
-        BFP8_TRY(gather_rows(dy, row_slot, top_k, topk_weight, rows, dyp, dyp_q, options));
+    if (dyp || dyp_q || dyp_qt) {
+        const int64_t rows = dyp ? dyp->rows : dyp_q ? dyp_q->rows : dyp_qt->cols;
+        BFP8_TRY(gather_rows(ctx, dy, row_slot, top_k, topk_weight, rows, dyp, dyp_q, dyp_qt, options));
     }
     if (!d_topk_weight) return BFP8_OK;
     const int64_t slots = dy->rows * top_k;
@@ -264,15 +274,23 @@ bfp8_status bfp8_cpu_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *
             d_topk_weight[s] = 0.0f;
             continue;
         }
-        float p[WARP] = {0};
-        for (int64_t c = 0; c < dy->cols; ++c)
-            p[c % WARP] = fmaf(load_element(dy, t, c), load_element(yp, row, c), p[c % WARP]);
-        for (int off = WARP / 2; off >= 1; off /= 2) { /* the warp's xor butterfly */
-            float q[WARP];
-            for (int l = 0; l < WARP; ++l) q[l] = p[l] + p[l ^ off];
-            memcpy(p, q, sizeof p);
+        /* the CUDA gather's order: column c into the partial sum of lane (c mod 128) / 4 of warp
+         * (c / 128) mod GATHER_WARPS, columns ascending; an xor butterfly per warp; the warps in order */
+        float p[GATHER_WARPS][WARP] = {{0}};
+        for (int64_t c = 0; c < dy->cols; ++c) {
+            float *acc = &p[(c / 128) % GATHER_WARPS][(c % 128) / 4];
+            *acc = fmaf(load_element(dy, t, c), load_element(yp, row, c), *acc);
         }
-        d_topk_weight[s] = p[0];
+        float d = 0.0f;
+        for (int w = 0; w < GATHER_WARPS; ++w) {
+            for (int off = WARP / 2; off >= 1; off /= 2) {
+                float q[WARP];
+                for (int l = 0; l < WARP; ++l) q[l] = p[w][l] + p[w][l ^ off];
+                memcpy(p[w], q, sizeof q);
+            }
+            d = w == 0 ? p[0][0] : d + p[w][0];
+        }
+        d_topk_weight[s] = d;
     }
     return BFP8_OK;
 }

@@ -218,11 +218,34 @@ bfp8_status bfp8_cpu_quantize_1x128(bfp8_context *ctx, const bfp8_matrix *x, bfp
     return run_quantize(&job, options, "bfp8_cpu_quantize_1x128");
 }
 
-bfp8_status bfp8_cpu_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_qmatrix *out,
+bfp8_status bfp8_cpu_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, int64_t group_rows, bfp8_qmatrix *out,
                                       bfp8_qmatrix *out_t, const bfp8_quantize_options *options) {
     (void)ctx;
-    const quantize_job job = {x, NULL, NULL, out, out_t, options ? options->pow2_scales : 0};
-    return run_quantize(&job, options, "bfp8_cpu_quantize_128x128");
+    if (group_rows == 0) {
+        const quantize_job job = {x, NULL, NULL, out, out_t, options ? options->pow2_scales : 0};
+        return run_quantize(&job, options, "bfp8_cpu_quantize_128x128");
+    }
+    /* a stack: each matrix on its own, its transpose at rows [g C, (g + 1) C) of out_t */
+    const int64_t C = x->cols, groups = x->rows / group_rows;
+    for (int64_t g = 0; g < groups; ++g) {
+        bfp8_matrix xg = *x;
+        xg.data = (char *)x->data + (size_t)(g * group_rows * x->ld) * bfp8_dtype_size(x->dtype);
+        xg.rows = group_rows;
+        bfp8_qmatrix og = *out;
+        og.data = out->data + g * group_rows * out->ld;
+        og.scales = out->scales + g * (group_rows / 128) * out->scale_ld;
+        og.rows = group_rows;
+        bfp8_qmatrix tg;
+        if (out_t) {
+            tg = *out_t;
+            tg.data = out_t->data + g * C * out_t->ld;
+            tg.scales = out_t->scales + g * (C / 128) * out_t->scale_ld;
+            tg.rows = C;
+        }
+        const quantize_job job = {&xg, NULL, NULL, &og, out_t ? &tg : NULL, options ? options->pow2_scales : 0};
+        BFP8_TRY(run_quantize(&job, options, "bfp8_cpu_quantize_128x128"));
+    }
+    return BFP8_OK;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -1,34 +1,33 @@
 /*
- * moe.cu - the CUDA mixture-of-experts ops, the twins of src/cpu/moe_cpu.c
- * (same signatures; the host's floating-point operations in the host's
- * order, no contraction into fma where the host has none, except expf and the
- * softmax's sum over the experts (a warp reduction): scores, weights and
- * SwiGLU match the host's to rounding, everything else bit for bit on the
- * same inputs). No atomics: every output element has one writer and a fixed
- * order of operations.
+ * moe.cu - the CUDA mixture-of-experts ops that move activations, the twins
+ * of src/cpu/moe_cpu.c (same signatures; the host's floating-point
+ * operations in the host's order, no contraction into fma where the host
+ * has none, except expf: SwiGLU matches the host's to rounding, everything
+ * else bit for bit on the same inputs). No atomics: every output element has
+ * one writer and a fixed order of operations. The router and the dispatch
+ * tables: moe_route.cu.
  *
- *   route           a warp per token: scores, then k rounds of a warp arg-max
- *                   (value, then lower index); score sums a thread per expert
- *   route_backward  a warp per token (the k-term and the softmax dot by lane 0,
- *                   in the host's order)
- *   dispatch        a CTA per expert counts its slots; one thread makes the
- *                   offsets; a CTA per expert ranks its slots in slot order
- *                   (ballot scans) and writes both tables and its padding
  *   permute / combine_backward's dyp: a CTA per permuted row, a warp per
- *                   128-column group (amax, scale, codes as the quantizer)
- *   combine         a thread per output element, fmaf over j
- *   d_topk_weight   a warp per slot: 32 strided partial sums, xor butterfly
+ *                   128-column group, 4 consecutive elements a lane (amax,
+ *                   scale, codes as the quantizer); 8- and 16-byte accesses
+ *                   where the layouts allow, else element by element
+ *   combine         a thread per 4 output elements (or per element), fmaf over j
+ *                   with d_topk_weight, the same CTA's dot product of its dy row
+ *                   with its yp row (combine_backward's weight gradient)
  *   swiglu          element-wise
  */
+#include <atomic>
+
 #include "cuda/cuda_common.cuh"
+#include "cuda/hopper.cuh"
 #include "formats/formats.h"
+
+using bfp8_sm90::cvt_e4m3x2;
 
 namespace {
 
 constexpr int kWarp = 32;
-constexpr int kRouteWarps = 8;
-constexpr int kMaxTopK = 16;
-constexpr int kScanThreads = 256;
+
 
 __device__ __forceinline__ float load_element(const void *p, bfp8_dtype dtype, int64_t i) {
     return dtype == BFP8_F32 ? static_cast<const float *>(p)[i] : bfp8_decode_bf16(static_cast<const uint16_t *>(p)[i]);
@@ -47,169 +46,6 @@ unsigned blocks_for(int64_t n, int per_block) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Router                                                                    */
-
-__global__ void route_kernel(const float *__restrict__ logits, const float *__restrict__ bias, int64_t tokens,
-                             int E, int k, int sigmoid, int normalize, float scale, float *__restrict__ scores,
-                             int32_t *__restrict__ topk_expert, float *__restrict__ topk_weight) {
-    __shared__ int chosen[kRouteWarps][kMaxTopK];
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
-    if (t >= tokens) return;
-    const float *l = logits + t * E;
-    float *s = scores + t * E;
-    if (!sigmoid) {
-        float m = -INFINITY;
-        for (int e = lane; e < E; e += kWarp) m = fmaxf(m, l[e]);
-        for (int off = kWarp / 2; off >= 1; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-        float sum = 0.0f;
-        for (int e = lane; e < E; e += kWarp) sum += expf(l[e] - m);
-        for (int off = kWarp / 2; off >= 1; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        for (int e = lane; e < E; e += kWarp) s[e] = expf(l[e] - m) / sum;
-    } else {
-        for (int e = lane; e < E; e += kWarp) s[e] = 1.0f / (1.0f + expf(-l[e]));
-    }
-    __syncwarp();
-    float denom = 0.0f;
-    for (int j = 0; j < k; ++j) {
-        int best = -1;
-        float best_v = 0.0f;
-        for (int e = lane; e < E; e += kWarp) {
-            bool taken = false;
-            for (int i = 0; i < j; ++i) taken |= chosen[warp][i] == e;
-            if (taken) continue;
-            float v = bias ? s[e] + bias[e] : s[e];
-            if (v != v) v = -INFINITY; /* a NaN is never preferred */
-            if (best < 0 || v > best_v) best = e, best_v = v;
-        }
-        for (int off = kWarp / 2; off >= 1; off /= 2) {
-            const int other = __shfl_xor_sync(0xffffffffu, best, off);
-            const float other_v = __shfl_xor_sync(0xffffffffu, best_v, off);
-            /* the host's choice: the larger value, the lower index on a tie */
-            const bool take = other >= 0 && (best < 0 || other_v > best_v || (other_v == best_v && other < best));
-            if (take) best = other, best_v = other_v;
-        }
-        if (lane == 0) {
-            chosen[warp][j] = best;
-            topk_expert[t * k + j] = best;
-        }
-        __syncwarp();
-        denom += s[best];
-    }
-    if (!normalize) denom = 1.0f;
-    if (lane < k) topk_weight[t * k + lane] = scale * (s[chosen[warp][lane]] / denom);
-}
-
-__global__ void score_sum_kernel(const float *__restrict__ scores, int64_t tokens, int E, float *__restrict__ sums) {
-    const int e = blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= E) return;
-    float sum = 0.0f;
-    for (int64_t t = 0; t < tokens; ++t) sum += scores[t * E + e];
-    sums[e] = sum;
-}
-
-/* An expert index the router could have written (others are skipped). */
-__device__ __forceinline__ bool valid(int32_t e, int E) { return e >= 0 && e < E; }
-
-__global__ void route_backward_kernel(const float *__restrict__ scores, const int32_t *__restrict__ topk_expert,
-                                      const float *__restrict__ d_topk_weight, const float *__restrict__ score_grad,
-                                      int64_t tokens, int E, int k, int sigmoid, int normalize, float scale,
-                                      float *__restrict__ d_logits) {
-    __shared__ float dot_of[kRouteWarps];
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
-    if (t >= tokens) return;
-    const float *s = scores + t * E;
-    float *g = d_logits + t * E;
-    for (int e = lane; e < E; e += kWarp) g[e] = score_grad ? score_grad[e] : 0.0f;
-    __syncwarp();
-    if (lane == 0) {
-        const int32_t *ex = topk_expert + t * k;
-        const float *dw = d_topk_weight + t * k;
-        if (normalize) {
-            float sum = 0.0f, dot = 0.0f;
-            for (int j = 0; j < k; ++j) sum += valid(ex[j], E) ? s[ex[j]] : 0.0f;
-            for (int j = 0; j < k; ++j) dot = valid(ex[j], E) ? fmaf(dw[j], s[ex[j]], dot) : dot;
-            const float mean = dot / sum;
-            for (int j = 0; j < k; ++j) /* no fma: as the host */
-                if (valid(ex[j], E)) g[ex[j]] += __fmul_rn(scale, (dw[j] - mean) / sum);
-        } else {
-            for (int j = 0; j < k; ++j)
-                if (valid(ex[j], E)) g[ex[j]] += __fmul_rn(scale, dw[j]);
-        }
-        float dot = 0.0f;
-        if (!sigmoid)
-            for (int e = 0; e < E; ++e) dot = fmaf(g[e], s[e], dot);
-        dot_of[warp] = dot;
-    }
-    __syncwarp();
-    const float dot = dot_of[warp];
-    for (int e = lane; e < E; e += kWarp) g[e] = sigmoid ? g[e] * (s[e] * (1.0f - s[e])) : s[e] * (g[e] - dot);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Dispatch                                                                  */
-
-__global__ void count_kernel(const int32_t *__restrict__ topk_expert, int64_t slots, int64_t *__restrict__ routed) {
-    __shared__ int64_t warp_counts[kScanThreads / kWarp];
-    const int e = blockIdx.x;
-    int64_t count = 0;
-    for (int64_t s = threadIdx.x; s < slots; s += blockDim.x) count += topk_expert[s] == e;
-    for (int off = kWarp / 2; off >= 1; off /= 2) count += __shfl_xor_sync(0xffffffffu, count, off);
-    if (threadIdx.x % kWarp == 0) warp_counts[threadIdx.x / kWarp] = count;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int64_t total = 0;
-        for (int w = 0; w < kScanThreads / kWarp; ++w) total += warp_counts[w];
-        routed[e] = total;
-    }
-}
-
-__global__ void offsets_kernel(const int64_t *__restrict__ routed, int E, int64_t capacity,
-                               int64_t *__restrict__ offsets) {
-    int64_t at = 0;
-    offsets[0] = 0;
-    for (int e = 0; e < E; ++e) {
-        const int64_t kept = capacity > 0 && routed[e] > capacity ? capacity : routed[e];
-        at += (kept + BFP8_GROUP_ALIGN - 1) / BFP8_GROUP_ALIGN * BFP8_GROUP_ALIGN;
-        offsets[e + 1] = at;
-    }
-}
-
-/* Expert blockIdx.x's slots in slot order: rank by a block-wide ballot scan. */
-__global__ void place_kernel(const int32_t *__restrict__ topk_expert, int64_t slots, int64_t capacity,
-                             const int64_t *__restrict__ offsets, int32_t *__restrict__ slot_row,
-                             int32_t *__restrict__ row_slot) {
-    __shared__ int warp_base[kScanThreads / kWarp + 1];
-    const int e = blockIdx.x, warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t first = offsets[e], end = offsets[e + 1];
-    int64_t base = 0; /* slots of this expert before the chunk */
-    for (int64_t c0 = 0; c0 < slots; c0 += kScanThreads) {
-        const int64_t s = c0 + threadIdx.x;
-        const bool mine = s < slots && topk_expert[s] == e;
-        const unsigned ballot = __ballot_sync(0xffffffffu, mine);
-        if (lane == 0) warp_base[warp + 1] = __popc(ballot);
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            warp_base[0] = 0;
-            for (int w = 1; w <= kScanThreads / kWarp; ++w) warp_base[w] += warp_base[w - 1];
-        }
-        __syncthreads();
-        if (mine) {
-            const int64_t rank = base + warp_base[warp] + __popc(ballot & ((1u << lane) - 1u));
-            if (capacity == 0 || rank < capacity) {
-                slot_row[s] = static_cast<int32_t>(first + rank);
-                row_slot[first + rank] = static_cast<int32_t>(s);
-            }
-        }
-        base += warp_base[kScanThreads / kWarp];
-        __syncthreads();
-    }
-    const int64_t kept = capacity > 0 && base > capacity ? capacity : base;
-    for (int64_t r = first + kept + threadIdx.x; r < end; r += blockDim.x) row_slot[r] = -1;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Gather (permute, combine backward), combine, weight gradient              */
 
 struct gather_args {
@@ -225,11 +61,78 @@ struct gather_args {
     uint8_t *codes; /* NULL: none */
     float *scales;
     int64_t codes_ld, scale_ld;
+    uint8_t *t_codes; /* the columns' 1x128 quantization (NULL: none): gather_dual_kernel */
+    float *t_scales;
+    int64_t t_ld, t_scale_ld;
     int pow2;
     uint32_t *nonfinite_flag;
+    /* d_topk_weight[s] = dot(src row, yp row r) for s = row_slot[r] (NULL: none) */
+    const void *yp;
+    bfp8_dtype yp_dtype;
+    int64_t yp_rows, yp_ld;
+    float *dots;
 };
 
 constexpr int kGatherWarps = 4;
+
+
+/* Four consecutive elements of a row as floats, and back. */
+__device__ __forceinline__ void load4(const float *p, float v[4]) {
+    const float4 q = *reinterpret_cast<const float4 *>(p);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+}
+__device__ __forceinline__ void load4(const uint16_t *p, float v[4]) {
+    const uint2 q = *reinterpret_cast<const uint2 *>(p);
+    v[0] = bfp8_decode_bf16(static_cast<uint16_t>(q.x)), v[1] = bfp8_decode_bf16(static_cast<uint16_t>(q.x >> 16));
+    v[2] = bfp8_decode_bf16(static_cast<uint16_t>(q.y)), v[3] = bfp8_decode_bf16(static_cast<uint16_t>(q.y >> 16));
+}
+__device__ __forceinline__ void store4_bf16(uint16_t *p, const float v[4]) {
+    const uint32_t lo = bfp8_encode_bf16(v[0]) | static_cast<uint32_t>(bfp8_encode_bf16(v[1])) << 16;
+    const uint32_t hi = bfp8_encode_bf16(v[2]) | static_cast<uint32_t>(bfp8_encode_bf16(v[3])) << 16;
+    *reinterpret_cast<uint2 *>(p) = make_uint2(lo, hi);
+}
+
+/* The 1x128 group's scale and codes of a warp's 128 values, 4 a lane (amax
+ * the lane's; as the quantizer: NaN scale and 0x7f codes for a non-finite group). */
+__device__ __forceinline__ void quantize_group(const gather_args &a, int64_t r, int64_t c0, int lane, const float v[4],
+                                               uint32_t amax, uint8_t codes[4]) {
+    for (int off = kWarp / 2; off >= 1; off /= 2) {
+        const uint32_t other = __shfl_xor_sync(0xffffffffu, amax, off);
+        amax = other > amax ? other : amax;
+    }
+    const bool nonfinite = bfp8_amax_bits_nonfinite(amax);
+    const float mult = nonfinite ? 0.0f : bfp8_scale_multiplier(bfp8_float_of(amax), a.pow2);
+    if (lane == 0) {
+        a.scales[(c0 / 128) * a.scale_ld + r] = nonfinite ? bfp8_float_of(BFP8_NAN_SCALE_BITS) : 1.0f / mult;
+        if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
+    }
+    const uint32_t lo = cvt_e4m3x2(__fmul_rn(v[0], mult), __fmul_rn(v[1], mult));
+    const uint32_t hi = cvt_e4m3x2(__fmul_rn(v[2], mult), __fmul_rn(v[3], mult));
+    const uint32_t packed = nonfinite ? 0x7f7f7f7fu : lo | hi << 16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes[i] = static_cast<uint8_t>(packed >> (8 * i));
+}
+
+/* The CTA's dot product of its row with yp's row r, the lanes' partial sums
+ * p (each over its columns, ascending) added by an xor butterfly per warp,
+ * then the warps' sums in warp order; written to dots[slot]. */
+__device__ __forceinline__ void finish_dot(const gather_args &a, int64_t r, int32_t slot, float p) {
+    __shared__ float warp_sum[kGatherWarps];
+    for (int off = kWarp / 2; off >= 1; off /= 2) p = p + __shfl_xor_sync(0xffffffffu, p, off);
+    if (threadIdx.x % kWarp == 0) warp_sum[threadIdx.x / kWarp] = p;
+    __syncthreads();
+    if (threadIdx.x == 0 && slot >= 0 && r < a.yp_rows) {
+        float d = warp_sum[0];
+        for (int w = 1; w < kGatherWarps; ++w) d = d + warp_sum[w];
+        a.dots[slot] = d;
+    }
+}
+
+/* yp's 4 elements at row r, column c, as floats. */
+__device__ __forceinline__ void load4_yp(const gather_args &a, int64_t r, int64_t c, float v[4]) {
+    if (a.yp_dtype == BFP8_F32) load4(static_cast<const float *>(a.yp) + r * a.yp_ld + c, v);
+    else load4(static_cast<const uint16_t *>(a.yp) + r * a.yp_ld + c, v);
+}
 
 /* One CTA per output row, a warp per 128-column group, 4 elements a lane. */
 __global__ void gather_kernel(const gather_args a) {
@@ -239,6 +142,7 @@ __global__ void gather_kernel(const gather_args a) {
     int64_t t = slot < 0 ? -1 : slot / a.top_k;
     if (t >= a.src_rows) t = -1;
     const float w = t >= 0 && a.weights ? a.weights[slot] : 1.0f;
+    float dot = 0.0f;
     for (int64_t c0 = static_cast<int64_t>(warp) * 128; c0 < a.cols; c0 += kGatherWarps * 128) {
         float v[4];
         uint32_t amax = 0;
@@ -249,6 +153,7 @@ __global__ void gather_kernel(const gather_args a) {
             if (t >= 0 && c < a.cols) {
                 const float x = load_element(a.src, a.src_dtype, t * a.src_ld + c);
                 v[i] = a.weights ? w * x : x;
+                if (a.dots && r < a.yp_rows) dot = fmaf(x, load_element(a.yp, a.yp_dtype, r * a.yp_ld + c), dot);
             }
             if (c < a.cols) {
                 if (a.out) store_element(a.out, a.out_dtype, r * a.out_ld + c, v[i]);
@@ -257,27 +162,211 @@ __global__ void gather_kernel(const gather_args a) {
             }
         }
         if (!a.codes) continue;
-        for (int off = kWarp / 2; off >= 1; off /= 2) {
-            const uint32_t other = __shfl_xor_sync(0xffffffffu, amax, off);
-            amax = other > amax ? other : amax;
-        }
-        const bool nonfinite = bfp8_amax_bits_nonfinite(amax);
-        const float mult = nonfinite ? 0.0f : bfp8_scale_multiplier(bfp8_float_of(amax), a.pow2);
-        if (lane == 0) {
-            a.scales[(c0 / 128) * a.scale_ld + r] = nonfinite ? bfp8_float_of(BFP8_NAN_SCALE_BITS) : 1.0f / mult;
-            if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
-        }
+        uint8_t codes[4];
+        quantize_group(a, r, c0, lane, v, amax, codes);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int64_t c = c0 + lane * 4 + i;
-            if (c < a.cols) a.codes[r * a.codes_ld + c] = nonfinite ? 0x7f : bfp8_encode_e4m3(v[i] * mult);
+            if (c < a.cols) a.codes[r * a.codes_ld + c] = codes[i];
         }
+    }
+    if (a.dots && t >= 0) finish_dot(a, r, slot, dot);
+}
+
+/* gather_kernel where every access can be whole: cols a multiple of 4,
+ * rows 4-element aligned; bf16 out (kOut), codes (kCodes), dots (kDot). */
+template <typename Src, bool kOut, bool kCodes, bool kDot>
+__global__ void gather_vec_kernel(const gather_args a) {
+    const int64_t r = blockIdx.x;
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int32_t slot = a.row_slot[r];
+    int64_t t = slot < 0 ? -1 : slot / a.top_k;
+    if (t >= a.src_rows) t = -1;
+    const float w = t >= 0 && a.weights ? a.weights[slot] : 1.0f;
+    const bool dot_row = kDot && t >= 0 && r < a.yp_rows;
+    const Src *src = static_cast<const Src *>(a.src) + (t >= 0 ? t : 0) * a.src_ld;
+    float dot = 0.0f;
+    for (int64_t c0 = static_cast<int64_t>(warp) * 128; c0 < a.cols; c0 += kGatherWarps * 128) {
+        const int64_t c = c0 + lane * 4;
+        const bool inside = c < a.cols;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (t >= 0 && inside) {
+            load4(src + c, v);
+            if (dot_row) {
+                float y[4];
+                load4_yp(a, r, c, y);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) dot = fmaf(v[i], y[i], dot);
+            }
+            if (a.weights)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) v[i] = w * v[i];
+        }
+        if (kOut && inside) store4_bf16(static_cast<uint16_t *>(a.out) + r * a.out_ld + c, v);
+        if (!kCodes) continue;
+        uint32_t amax = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t abs_bits = bfp8_bits_of(v[i]) & 0x7fffffffu;
+            amax = abs_bits > amax ? abs_bits : amax;
+        }
+        uint8_t codes[4];
+        quantize_group(a, r, c0, lane, v, amax, codes);
+        if (inside)
+            *reinterpret_cast<uint32_t *>(a.codes + r * a.codes_ld + c) =
+                codes[0] | codes[1] << 8 | codes[2] << 16 | static_cast<uint32_t>(codes[3]) << 24;
+    }
+    if (kDot && t >= 0) finish_dot(a, r, slot, dot);
+}
+
+bool aligned_elements(const void *p, int64_t ld, size_t size, int n) {
+    return reinterpret_cast<uintptr_t>(p) % (size * n) == 0 && ld % n == 0;
+}
+
+/* Four floats to 4 elements of out (bf16 or f32) at element i. */
+__device__ __forceinline__ void store4_out(const gather_args &a, int64_t i, const float v[4]) {
+    if (a.out_dtype == BFP8_BF16) store4_bf16(static_cast<uint16_t *>(a.out) + i, v);
+    else *reinterpret_cast<float4 *>(static_cast<float *>(a.out) + i) = make_float4(v[0], v[1], v[2], v[3]);
+}
+
+constexpr int kDualThreads = 256;
+constexpr int kDualTile = 128; /* rows and columns of a CTA's tile */
+constexpr int kDualWarps = kDualThreads / kWarp;
+constexpr int kDualRowsPerWarp = kDualTile / kDualWarps;
+/* the tile, the columns' multipliers, each warp's column maxima */
+constexpr int kDualSmemBytes = (kDualTile * kDualTile + kDualTile + kDualWarps * kDualTile) * 4;
+
+/* Where element (i, cc) of the tile sits: row i's 16-byte chunk u (columns
+ * 4u .. 4u + 3) at chunk u ^ ((i / 16) mod 8). A warp's row writes stay one
+ * contiguous 512 bytes; the column reads of 8 threads 16 rows apart (4
+ * columns each) fall in 32 distinct banks. */
+__device__ __forceinline__ int dual_at(int i, int cc) {
+    return i * kDualTile + (((cc >> 2) ^ ((i >> 4) & 7)) << 2) + (cc & 3);
+}
+
+/* Permuted rows [128 y, 128 y + 128) x columns [128 x, 128 x + 128): the
+ * rows as gather_vec_kernel writes them (out, codes), and the tile's 128
+ * columns quantized in 1x128 groups along the rows (t_codes, t_scales),
+ * from one read of src. A warp loads its 16 rows 8 at a time; the fp32 values
+ * wait in shared memory for the columns' codes. */
+template <typename Src>
+__global__ void __launch_bounds__(kDualThreads, 3) gather_dual_kernel(const gather_args a) {
+    extern __shared__ __align__(16) float dual_smem[];
+    float *const tile = dual_smem;
+    float *col_mult = dual_smem + kDualTile * kDualTile;
+    uint32_t *col_part = reinterpret_cast<uint32_t *>(col_mult + kDualTile);
+    __shared__ int64_t row_token[kDualTile];
+    __shared__ float row_weight[kDualTile];
+    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kDualTile, c0 = static_cast<int64_t>(blockIdx.x) * kDualTile;
+    const int64_t c = c0 + lane * 4;
+    if (threadIdx.x < kDualTile) {
+        const int32_t slot = a.row_slot[r0 + threadIdx.x];
+        const int64_t t = slot < 0 ? -1 : slot / a.top_k;
+        row_token[threadIdx.x] = t < a.src_rows ? t : -1;
+        row_weight[threadIdx.x] = a.weights && t >= 0 && t < a.src_rows ? a.weights[slot] : 1.0f;
+    }
+    __syncthreads();
+    uint32_t col_max[4] = {0u, 0u, 0u, 0u};
+    constexpr int kBatch = kDualRowsPerWarp / 2; /* rows whose loads are in flight together */
+#pragma unroll 1
+    for (int b = 0; b < kDualRowsPerWarp; b += kBatch) {
+        float v[kBatch][4];
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) { /* every load of the batch in flight before any is used */
+            const int64_t t = row_token[warp * kDualRowsPerWarp + b + j];
+            v[j][0] = v[j][1] = v[j][2] = v[j][3] = 0.0f;
+            if (t >= 0) load4(static_cast<const Src *>(a.src) + t * a.src_ld + c, v[j]);
+        }
+#pragma unroll
+        for (int j = 0; j < kBatch; ++j) {
+            const int i = warp * kDualRowsPerWarp + b + j;
+            const int64_t r = r0 + i;
+            if (a.weights)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) v[j][e] = row_weight[i] * v[j][e];
+            if (a.out) store4_out(a, r * a.out_ld + c, v[j]);
+            uint32_t amax = 0;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const uint32_t abs_bits = bfp8_bits_of(v[j][e]) & 0x7fffffffu;
+                amax = max(amax, abs_bits);
+                col_max[e] = max(col_max[e], abs_bits);
+            }
+            *reinterpret_cast<float4 *>(tile + dual_at(i, lane * 4)) = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
+            if (a.codes) {
+                uint8_t codes[4];
+                quantize_group(a, r, c0, lane, v[j], amax, codes);
+                *reinterpret_cast<uint32_t *>(a.codes + r * a.codes_ld + c) =
+                    codes[0] | codes[1] << 8 | codes[2] << 16 | static_cast<uint32_t>(codes[3]) << 24;
+            }
+        }
+    }
+    *reinterpret_cast<uint4 *>(col_part + warp * kDualTile + lane * 4) =
+        make_uint4(col_max[0], col_max[1], col_max[2], col_max[3]);
+    __syncthreads();
+    if (threadIdx.x < kDualTile) { /* column cc's group: amax, multiplier, scale */
+        const int cc = threadIdx.x;
+        uint32_t amax = 0;
+#pragma unroll
+        for (int w = 0; w < kDualWarps; ++w) amax = max(amax, col_part[w * kDualTile + cc]);
+        const bool nonfinite = bfp8_amax_bits_nonfinite(amax);
+        const float mult = nonfinite ? -1.0f : bfp8_scale_multiplier(bfp8_float_of(amax), a.pow2);
+        a.t_scales[(r0 / kDualTile) * a.t_scale_ld + c0 + cc] =
+            nonfinite ? bfp8_float_of(BFP8_NAN_SCALE_BITS) : 1.0f / mult;
+        if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
+        col_mult[cc] = mult;
+    }
+    __syncthreads();
+    /* column cc's codes of rows 16k .. 16k + 15: 16 bytes of t's row c0 + cc, eight threads a 128-byte row */
+    for (int id = threadIdx.x; id < kDualTile * kDualTile / 16; id += kDualThreads) {
+        const int cc = id / 8, k = id % 8;
+        const float m = col_mult[cc];
+        uint32_t w[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int i = 16 * k + 4 * q;
+            const uint32_t lo = cvt_e4m3x2(__fmul_rn(tile[dual_at(i, cc)], m), __fmul_rn(tile[dual_at(i + 1, cc)], m));
+            const uint32_t hi =
+                cvt_e4m3x2(__fmul_rn(tile[dual_at(i + 2, cc)], m), __fmul_rn(tile[dual_at(i + 3, cc)], m));
+            w[q] = m < 0.0f ? 0x7f7f7f7fu : lo | hi << 16;
+        }
+        *reinterpret_cast<uint4 *>(a.t_codes + (c0 + cc) * a.t_ld + r0 + 16 * k) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
+template <typename Src>
+bfp8_status launch_gather_dual(bfp8_context *ctx, const gather_args &a, int64_t rows) {
+    auto kernel = gather_dual_kernel<Src>;
+    static std::atomic<bool> attribute_set[64];
+    const int device = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
+    if (!attribute_set[device].load(std::memory_order_acquire)) {
+        BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDualSmemBytes));
+        attribute_set[device].store(true, std::memory_order_release);
+    }
+    const dim3 grid(static_cast<unsigned>(a.cols / kDualTile), static_cast<unsigned>(rows / kDualTile));
+    kernel<<<grid, kDualThreads, kDualSmemBytes, bfp8_stream_of(ctx)>>>(a);
+    BFP8_CUDA_CHECK_LAUNCH();
+    return BFP8_OK;
+}
+
+template <typename Src, bool kDot>
+void launch_gather_vec(const gather_args &a, int64_t rows, cudaStream_t stream) {
+    const unsigned grid = static_cast<unsigned>(rows);
+    constexpr int threads = kGatherWarps * kWarp;
+    if (a.out && a.codes) gather_vec_kernel<Src, true, true, kDot><<<grid, threads, 0, stream>>>(a);
+    else if (a.out) gather_vec_kernel<Src, true, false, kDot><<<grid, threads, 0, stream>>>(a);
+    else if (a.codes) gather_vec_kernel<Src, false, true, kDot><<<grid, threads, 0, stream>>>(a);
+    else gather_vec_kernel<Src, false, false, kDot><<<grid, threads, 0, stream>>>(a);
+}
+
+/* The permuted rows of src (out and / or out_q, and quantized by columns
+ * out_qt), and with yp the dot products of combine_backward's weight
+ * gradient (dots, zeroed first: dropped slots have no row). With out_qt the
+ * rows come from gather_dual_kernel, the dots from a gather of their own. */
 bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32_t *row_slot, int top_k,
-                          const float *weights, bfp8_matrix *out, bfp8_qmatrix *out_q,
-                          const bfp8_quantize_options *options) {
+                          const float *weights, bfp8_matrix *out, bfp8_qmatrix *out_q, bfp8_qmatrix *out_qt,
+                          const bfp8_quantize_options *options, const bfp8_matrix *yp, float *dots) {
     gather_args a = {};
     a.src = src->data, a.src_dtype = src->dtype, a.src_rows = src->rows, a.src_ld = src->ld, a.cols = src->cols;
     a.row_slot = row_slot, a.top_k = top_k, a.weights = weights;
@@ -285,12 +374,34 @@ bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32
     if (out_q) a.codes = out_q->data, a.scales = out_q->scales, a.codes_ld = out_q->ld, a.scale_ld = out_q->scale_ld;
     a.pow2 = options ? options->pow2_scales : 0;
     a.nonfinite_flag = options ? options->nonfinite_flag : nullptr;
-    const int64_t rows = out ? out->rows : out_q->rows;
-    gather_kernel<<<static_cast<unsigned>(rows), kGatherWarps * kWarp, 0, bfp8_stream_of(ctx)>>>(a);
+    const int64_t rows = out ? out->rows : out_q ? out_q->rows : out_qt ? out_qt->cols : yp->rows;
+    cudaStream_t stream = bfp8_stream_of(ctx);
+    if (dots) BFP8_CUDA_TRY(cudaMemsetAsync(dots, 0, static_cast<size_t>(src->rows * top_k) * sizeof(float), stream));
+    if (rows == 0) return BFP8_OK;
+    if (out_qt) { /* (validated: rows and cols multiples of 128, every row aligned for whole accesses) */
+        gather_args d = a;
+        d.t_codes = out_qt->data, d.t_scales = out_qt->scales, d.t_ld = out_qt->ld, d.t_scale_ld = out_qt->scale_ld;
+        BFP8_TRY(a.src_dtype == BFP8_F32 ? launch_gather_dual<float>(ctx, d, rows)
+                                         : launch_gather_dual<uint16_t>(ctx, d, rows));
+        if (!dots) return BFP8_OK;
+        a.out = nullptr, a.codes = nullptr; /* the dots alone */
+        out = nullptr, out_q = nullptr;
+    }
+    if (dots) a.yp = yp->data, a.yp_dtype = yp->dtype, a.yp_rows = yp->rows, a.yp_ld = yp->ld, a.dots = dots;
+    const bool whole = a.cols % 4 == 0 && aligned_elements(a.src, a.src_ld, bfp8_dtype_size(a.src_dtype), 4) &&
+                       (!out || (a.out_dtype == BFP8_BF16 && aligned_elements(a.out, a.out_ld, 2, 4))) &&
+                       (!out_q || aligned_elements(a.codes, a.codes_ld, 1, 4)) &&
+                       (!dots || aligned_elements(a.yp, a.yp_ld, bfp8_dtype_size(a.yp_dtype), 4));
+    if (!whole) gather_kernel<<<static_cast<unsigned>(rows), kGatherWarps * kWarp, 0, stream>>>(a);
+    else if (a.src_dtype == BFP8_F32 && dots) launch_gather_vec<float, true>(a, rows, stream);
+    else if (a.src_dtype == BFP8_F32) launch_gather_vec<float, false>(a, rows, stream);
+    else if (dots) launch_gather_vec<uint16_t, true>(a, rows, stream);
+    else launch_gather_vec<uint16_t, false>(a, rows, stream);
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
+/* y = sum_j w_j yp[row of slot j] (+ y), a thread per element. */
 __global__ void combine_kernel(const void *__restrict__ yp, bfp8_dtype yp_dtype, int64_t yp_rows, int64_t yp_ld,
                                const int32_t *__restrict__ slot_row, const float *__restrict__ weights, int top_k,
                                int accumulate, void *__restrict__ y, bfp8_dtype y_dtype, int64_t tokens, int64_t cols,
@@ -307,25 +418,26 @@ __global__ void combine_kernel(const void *__restrict__ yp, bfp8_dtype yp_dtype,
     store_element(y, y_dtype, t * y_ld + c, acc);
 }
 
-constexpr int kDotWarps = 8;
-
-__global__ void weight_grad_kernel(const void *__restrict__ dy, bfp8_dtype dy_dtype, int64_t dy_ld,
-                                   const void *__restrict__ yp, bfp8_dtype yp_dtype, int64_t yp_rows, int64_t yp_ld,
-                                   const int32_t *__restrict__ slot_row, int top_k, int64_t slots, int64_t cols,
-                                   float *__restrict__ d_topk_weight) {
-    const int64_t s = static_cast<int64_t>(blockIdx.x) * kDotWarps + threadIdx.x / kWarp;
-    const int lane = threadIdx.x % kWarp;
-    if (s >= slots) return;
-    const int64_t t = s / top_k, row = slot_row[s];
-    if (row < 0 || row >= yp_rows) {
-        if (lane == 0) d_topk_weight[s] = 0.0f;
-        return;
+/* combine_kernel for an f32 y, a thread per 4 elements (cols a multiple of 4, rows aligned). */
+template <typename YP>
+__global__ void combine_vec_kernel(const YP *__restrict__ yp, int64_t yp_rows, int64_t yp_ld,
+                                   const int32_t *__restrict__ slot_row, const float *__restrict__ weights, int top_k,
+                                   int accumulate, float *__restrict__ y, int64_t tokens, int64_t cols, int64_t y_ld) {
+    const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x, quads = cols / 4;
+    if (i >= tokens * quads) return;
+    const int64_t t = i / quads, c = (i % quads) * 4;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (accumulate) load4(y + t * y_ld + c, acc);
+    for (int j = 0; j < top_k; ++j) {
+        const int64_t s = t * top_k + j, row = __ldg(slot_row + s);
+        if (row < 0 || row >= yp_rows) continue;
+        const float w = weights ? __ldg(weights + s) : 1.0f;
+        float v[4];
+        load4(yp + row * yp_ld + c, v);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[e] = fmaf(w, v[e], acc[e]);
     }
-    float p = 0.0f;
-    for (int64_t c = lane; c < cols; c += kWarp)
-        p = fmaf(load_element(dy, dy_dtype, t * dy_ld + c), load_element(yp, yp_dtype, row * yp_ld + c), p);
-    for (int off = kWarp / 2; off >= 1; off /= 2) p = p + __shfl_xor_sync(0xffffffffu, p, off);
-    if (lane == 0) d_topk_weight[s] = p;
+    *reinterpret_cast<float4 *>(y + t * y_ld + c) = make_float4(acc[0], acc[1], acc[2], acc[3]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -359,74 +471,40 @@ constexpr int kThreads = 256;
 /* ------------------------------------------------------------------------ */
 /* Entry points                                                              */
 
-bfp8_status bfp8_cuda_moe_route(bfp8_context *ctx, const float *logits, const float *bias, int64_t tokens,
-                                int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize, float scale,
-                                float *scores, int32_t *topk_expert, float *topk_weight, float *score_sum) {
-    cudaStream_t stream = bfp8_stream_of(ctx);
-    route_kernel<<<blocks_for(tokens, kRouteWarps), kRouteWarps * kWarp, 0, stream>>>(
-        logits, bias, tokens, num_experts, top_k, score_fn == BFP8_MOE_SCORE_SIGMOID, normalize, scale, scores,
-        topk_expert, topk_weight);
-    BFP8_CUDA_CHECK_LAUNCH();
-    if (score_sum) {
-        score_sum_kernel<<<blocks_for(num_experts, 128), 128, 0, stream>>>(scores, tokens, num_experts, score_sum);
-        BFP8_CUDA_CHECK_LAUNCH();
-    }
-    return BFP8_OK;
-}
-
-bfp8_status bfp8_cuda_moe_route_backward(bfp8_context *ctx, const float *scores, const int32_t *topk_expert,
-                                         const float *d_topk_weight, const float *score_grad, int64_t tokens,
-                                         int num_experts, int top_k, bfp8_moe_score_fn score_fn, int normalize,
-                                         float scale, float *d_logits) {
-    route_backward_kernel<<<blocks_for(tokens, kRouteWarps), kRouteWarps * kWarp, 0, bfp8_stream_of(ctx)>>>(
-        scores, topk_expert, d_topk_weight, score_grad, tokens, num_experts, top_k,
-        score_fn == BFP8_MOE_SCORE_SIGMOID, normalize, scale, d_logits);
-    BFP8_CUDA_CHECK_LAUNCH();
-    return BFP8_OK;
-}
-
-bfp8_status bfp8_cuda_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert, int64_t tokens, int top_k,
-                                   int num_experts, int64_t capacity, int64_t max_rows, int32_t *slot_row,
-                                   int32_t *row_slot, int64_t *offsets, int64_t *routed) {
-    (void)max_rows;
-    cudaStream_t stream = bfp8_stream_of(ctx);
-    const int64_t slots = tokens * top_k;
-    BFP8_CUDA_TRY(cudaMemsetAsync(slot_row, 0xff, static_cast<size_t>(slots) * sizeof(int32_t), stream));
-    count_kernel<<<num_experts, kScanThreads, 0, stream>>>(topk_expert, slots, routed);
-    BFP8_CUDA_CHECK_LAUNCH();
-    offsets_kernel<<<1, 1, 0, stream>>>(routed, num_experts, capacity, offsets);
-    BFP8_CUDA_CHECK_LAUNCH();
-    place_kernel<<<num_experts, kScanThreads, 0, stream>>>(topk_expert, slots, capacity, offsets, slot_row, row_slot);
-    BFP8_CUDA_CHECK_LAUNCH();
-    return BFP8_OK;
-}
-
 bfp8_status bfp8_cuda_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
-                                  bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options) {
-    return launch_gather(ctx, x, row_slot, top_k, nullptr, xp, xp_q, options);
+                                  bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt,
+                                  const bfp8_quantize_options *options) {
+    return launch_gather(ctx, x, row_slot, top_k, nullptr, xp, xp_q, xp_qt, options, nullptr, nullptr);
 }
 
 bfp8_status bfp8_cuda_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
                                   const float *topk_weight, int top_k, int accumulate, bfp8_matrix *y) {
-    combine_kernel<<<blocks_for(y->rows * y->cols, kThreads), kThreads, 0, bfp8_stream_of(ctx)>>>(
-        yp->data, yp->dtype, yp->rows, yp->ld, slot_row, topk_weight, top_k, accumulate, y->data, y->dtype, y->rows,
-        y->cols, y->ld);
+    cudaStream_t stream = bfp8_stream_of(ctx);
+    const bool whole = y->dtype == BFP8_F32 && y->cols % 4 == 0 && aligned_elements(y->data, y->ld, 4, 4) &&
+                       aligned_elements(yp->data, yp->ld, bfp8_dtype_size(yp->dtype), 4);
+    if (!whole) {
+        combine_kernel<<<blocks_for(y->rows * y->cols, kThreads), kThreads, 0, stream>>>(
+            yp->data, yp->dtype, yp->rows, yp->ld, slot_row, topk_weight, top_k, accumulate, y->data, y->dtype,
+            y->rows, y->cols, y->ld);
+    } else if (yp->dtype == BFP8_F32) {
+        combine_vec_kernel<float><<<blocks_for(y->rows * y->cols / 4, kThreads), kThreads, 0, stream>>>(
+            static_cast<const float *>(yp->data), yp->rows, yp->ld, slot_row, topk_weight, top_k, accumulate,
+            static_cast<float *>(y->data), y->rows, y->cols, y->ld);
+    } else {
+        combine_vec_kernel<uint16_t><<<blocks_for(y->rows * y->cols / 4, kThreads), kThreads, 0, stream>>>(
+            static_cast<const uint16_t *>(yp->data), yp->rows, yp->ld, slot_row, topk_weight, top_k, accumulate,
+            static_cast<float *>(y->data), y->rows, y->cols, y->ld);
+    }
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
 }
 
 bfp8_status bfp8_cuda_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
                                            const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight,
-                                           int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q,
+                                           int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt,
                                            const bfp8_quantize_options *options, float *d_topk_weight) {
-    if (dyp || dyp_q) BFP8_TRY(launch_gather(ctx, dy, row_slot, top_k, topk_weight, dyp, dyp_q, options));
-    if (!d_topk_weight) return BFP8_OK;
-    const int64_t slots = dy->rows * top_k;
-    weight_grad_kernel<<<blocks_for(slots, kDotWarps), kDotWarps * kWarp, 0, bfp8_stream_of(ctx)>>>(
-        dy->data, dy->dtype, dy->ld, yp->data, yp->dtype, yp->rows, yp->ld, slot_row, top_k, slots, dy->cols,
-        d_topk_weight);
-    BFP8_CUDA_CHECK_LAUNCH();
-    return BFP8_OK;
+    (void)slot_row; /* the gather's rows find their slots through row_slot */
+    return launch_gather(ctx, dy, row_slot, top_k, topk_weight, dyp, dyp_q, dyp_qt, options, yp, d_topk_weight);
 }
 
 bfp8_status bfp8_cuda_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h) {

@@ -47,6 +47,7 @@ struct tile_args {
     int pow2;
     int64_t col_tiles, num_tiles;
     int64_t warm_ctas; /* CTAs below this (the first resident ones) ask L2 for kWarmRows rows of their tile */
+    int64_t t_group_rows; /* 0, or x is a stack of matrices of this many rows, t the stack of their transposes */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -160,6 +161,19 @@ __device__ __forceinline__ tile_pos tile_at(const tile_args &a, int64_t tile) {
     p.c0 = p.tc * kTile;
     p.nr = (int)min((int64_t)kTile, a.rows - p.r0);
     p.nc = (int)min((int64_t)kTile, a.cols - p.c0);
+    return p;
+}
+
+/* Where tile p goes in t: p itself (x^T), or in a stack (t_group_rows) at
+ * its place in its own matrix's transpose, rows [g cols, (g + 1) cols) of t. */
+__device__ __forceinline__ tile_pos transposed_pos(const tile_args &a, tile_pos p) {
+    if (a.t_group_rows > 0) {
+        const int64_t g = p.r0 / a.t_group_rows;
+        p.r0 -= g * a.t_group_rows;
+        p.tr -= g * (a.t_group_rows / kTile);
+        p.c0 += g * a.cols;
+        p.tc += g * a.col_tiles;
+    }
     return p;
 }
 

@@ -159,6 +159,8 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
         p.nr = kTile;
         p.nc = kTile;
     }
+    tile_pos pt = p; /* where the transposed codes and scales go: a stack of weights' only (128x128) */
+    if constexpr (kBlock && kT) pt = transposed_pos(a, p);
 
     /* A: the block into registers, partial maxima out */
     block8x8<In> x;
@@ -195,7 +197,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
         nonfinite = group_multiplier(m, a.pow2, block_mult, scale);
         if (tid == 0) {
             a.q_scales[p.tr * a.q_scale_ld + p.tc] = scale;
-            if (kT) a.t_scales[p.tc * a.t_scale_ld + p.tr] = scale;
+            if (kT) a.t_scales[pt.tc * a.t_scale_ld + pt.tr] = scale;
         } else {
             nonfinite = 0;
         }
@@ -209,7 +211,7 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
         if (kT && ct >= 0 && ct < kTile) {
             const int c = ct;
             nonfinite = finish_group([&](int k) { return col_part[col_part_index(k, c)]; }, a.pow2, col_mult[c],
-                                     a.t_scales + p.tr * a.t_scale_ld + p.c0 + c, c < p.nc);
+                                     a.t_scales + pt.tr * a.t_scale_ld + pt.c0 + c, c < p.nc);
         }
     }
     /* Groups that lie wholly outside x are all zero, never non-finite. */
@@ -292,9 +294,9 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
         }
         __syncthreads();
         if (kFull)
-            store_transposed_full(a, p, transposed);
+            store_transposed_full(a, pt, transposed);
         else
-            store_transposed<kAligned>(a, p, transposed);
+            store_transposed<kAligned>(a, pt, transposed);
     }
 }
 

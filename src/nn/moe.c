@@ -232,10 +232,10 @@ bfp8_status bfp8_moe_forward(bfp8_moe *m, const float *x, int64_t tokens, float 
         ffn *s = &m->shared;
         s->offsets[1] = s->rows = bfp8_round_up(T, 128);
         BFP8_TRY(bfp8_moe_ffn_forward(m, s, &xb, m->identity, 1));
-        const bfp8_matrix ysp = dense(s->yp, BFP8_F32, 0, s->rows, H);
+        const bfp8_matrix ysp = dense(s->yp, BFP8_BF16, 0, s->rows, H);
         BFP8_TRY(bfp8_moe_combine(m->ctx, &ysp, m->identity, NULL, 1, 0, &ym));
     }
-    const bfp8_matrix yp = dense(m->routed.yp, BFP8_F32, 0, m->routed.rows, H);
+    const bfp8_matrix yp = dense(m->routed.yp, BFP8_BF16, 0, m->routed.rows, H);
     BFP8_TRY(bfp8_moe_combine(m->ctx, &yp, m->slot_row, m->topk_weight, m->cfg.top_k, shared, &ym));
     m->tokens = T;
     return BFP8_OK;
@@ -258,11 +258,12 @@ bfp8_status bfp8_moe_backward(bfp8_moe *m, const float *dy, float *dx, const bfp
     const int E = c->num_experts, k = c->top_k;
     const bfp8_matrix dym = dense((void *)dy, BFP8_F32, 0, T, H);
     bfp8_matrix dxm = dense(dx, BFP8_F32, 0, T, H);
-    BFP8_TRY(bfp8_moe_ffn_backward(m, &m->routed, &dym, m->row_slot, m->slot_row, m->topk_weight, k, m->d_topk_weight,
-                          dx ? &dxm : NULL, 0, grads->experts_w13, grads->experts_w2, accumulate));
+    BFP8_TRY(bfp8_moe_ffn_backward(m, &m->routed, &dym, m->row_slot, m->slot_row, m->topk_weight, k,
+                                   m->d_topk_weight, dx ? &dxm : NULL, 0, grads->experts_w13, grads->experts_w2,
+                                   accumulate));
     if (c->shared_hidden > 0)
-        BFP8_TRY(bfp8_moe_ffn_backward(m, &m->shared, &dym, m->identity, m->identity, NULL, 1, NULL, dx ? &dxm : NULL, 1,
-                              grads->shared_w13, grads->shared_w2, accumulate));
+        BFP8_TRY(bfp8_moe_ffn_backward(m, &m->shared, &dym, m->identity, m->identity, NULL, 1, NULL,
+                                       dx ? &dxm : NULL, 1, grads->shared_w13, grads->shared_w2, accumulate));
     /* the router: d_logits (in the logits' buffer), then its two bf16 GEMMs */
     BFP8_TRY(bfp8_moe_route_backward(ctx, m->scores, m->topk_expert, m->d_topk_weight,
                                      c->balance == BFP8_MOE_BALANCE_AUX_LOSS ? m->score_grad : NULL, T, E, k,

@@ -26,7 +26,7 @@ typedef struct ffn {
     uint16_t *w13_bf16, *w2_bf16;       /* bf16 recipe */
     uint16_t *xp, *dyp, *h, *dgu;       /* permuted activations, bf16 (h, dgu: not in fp8-blockwise) */
     void *gu, *dh;                      /* bf16 in fp8-blockwise, else f32 */
-    float *yp;                          /* holds dxp in backward */
+    uint16_t *yp;                       /* bf16; holds dxp in backward */
     qbuffer xp_q, xpt_q, h_q, ht_q, dyp_q, dypt_q, dgu_q, dgut_q;
     size_t *scratch_offsets;            /* where the transient buffers sit in the call scratch (transients()) */
 } ffn;

@@ -141,11 +141,19 @@ static bfp8_status check_quantize_options(const bfp8_context *ctx, const bfp8_qu
 }
 
 /* The permuted outputs of permute / combine_backward: a dense and / or a
- * 1x128 quantized P x cols matrix, the same P when both are given. */
-static bfp8_status check_permuted_outputs(const bfp8_context *ctx, const bfp8_matrix *out, const bfp8_qmatrix *out_q,
-                                          int64_t cols, const bfp8_quantize_options *options, const char *name,
-                                          const char *fn) {
-    if (!out && !out_q) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: %s and %s_q are both NULL", fn, name, name);
+ * 1x128 quantized P x cols matrix, the same P when both are given; the
+ * quantized columns (cols x P, P and cols multiples of 128). */
+static int aligned_rows(const bfp8_matrix *m, int elements) {
+    const size_t bytes = (size_t)elements * bfp8_dtype_size(m->dtype);
+    return (uintptr_t)m->data % bytes == 0 && m->ld % elements == 0;
+}
+
+static bfp8_status check_permuted_outputs(const bfp8_context *ctx, const bfp8_matrix *src, const bfp8_matrix *out,
+                                          const bfp8_qmatrix *out_q, const bfp8_qmatrix *out_qt,
+                                          const bfp8_quantize_options *options, const char *name, const char *fn) {
+    const int64_t cols = src->cols;
+    if (!out && !out_q && !out_qt)
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: %s, %s_q and %s_qt are all NULL", fn, name, name, name);
     if (out) BFP8_TRY(check_dense(ctx, out, -1, cols, name, fn));
     if (out_q) {
         char what[96];
@@ -156,21 +164,38 @@ static bfp8_status check_permuted_outputs(const bfp8_context *ctx, const bfp8_ma
                              (long long)out_q->rows, (long long)out_q->cols,
                              (long long)(out ? out->rows : out_q->rows), (long long)cols);
     }
+    if (out_qt) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: %s_qt", fn, name);
+        BFP8_TRY(bfp8_check_qmatrix(ctx, out_qt, BFP8_GRAN_1X128, what));
+        const int64_t rows = out ? out->rows : out_q ? out_q->rows : out_qt->cols;
+        if (out_qt->rows != cols || out_qt->cols != rows || rows % 128 || cols % 128 || rows > MOE_MAX_SLOTS)
+            return bfp8_fail(BFP8_ERR_SHAPE, "%s: %s_qt is %lld x %lld, expected %lld x %lld (multiples of 128)", fn,
+                             name, (long long)out_qt->rows, (long long)out_qt->cols, (long long)cols, (long long)rows);
+        /* one pass writes every layout in whole words: 16-byte rows of codes, 4-element rows elsewhere */
+        const int aligned = aligned_rows(src, 4) && (!out || aligned_rows(out, 4)) &&
+                            (!out_q || ((uintptr_t)out_q->data % 4 == 0 && out_q->ld % 4 == 0)) &&
+                            (uintptr_t)out_qt->data % 16 == 0 && out_qt->ld % 16 == 0;
+        if (!aligned)
+            return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: with %s_qt, the rows of every matrix must start at multiples of "
+                             "4 elements (16 bytes for %s_qt's codes)", fn, name, name);
+    }
     return check_quantize_options(ctx, options, fn);
 }
 
 bfp8_status bfp8_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
-                             bfp8_matrix *xp, bfp8_qmatrix *xp_q, const bfp8_quantize_options *options) {
+                             bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt,
+                             const bfp8_quantize_options *options) {
     static const char fn[] = "bfp8_moe_permute";
     if (!ctx) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
     if (top_k < 1 || top_k > MOE_MAX_TOP_K)
         return bfp8_fail(BFP8_ERR_INVALID_VALUE, "%s: top_k %d (1..%d)", fn, top_k, MOE_MAX_TOP_K);
     if (!x) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: x is NULL", fn);
     BFP8_TRY(check_dense(ctx, x, -1, x->cols, "x", fn));
-    BFP8_TRY(check_permuted_outputs(ctx, xp, xp_q, x->cols, options, "xp", fn));
+    BFP8_TRY(check_permuted_outputs(ctx, x, xp, xp_q, xp_qt, options, "xp", fn));
     BFP8_TRY(check_array(ctx, row_slot, 4, "row_slot", fn));
-    return is_cuda(ctx) ? bfp8_cuda_moe_permute(ctx, x, row_slot, top_k, xp, xp_q, options)
-                        : bfp8_cpu_moe_permute(ctx, x, row_slot, top_k, xp, xp_q, options);
+    return is_cuda(ctx) ? bfp8_cuda_moe_permute(ctx, x, row_slot, top_k, xp, xp_q, xp_qt, options)
+                        : bfp8_cpu_moe_permute(ctx, x, row_slot, top_k, xp, xp_q, xp_qt, options);
 }
 
 bfp8_status bfp8_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
@@ -194,7 +219,7 @@ bfp8_status bfp8_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int
 
 bfp8_status bfp8_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, const bfp8_matrix *yp,
                                       const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight,
-                                      int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q,
+                                      int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt,
                                       const bfp8_quantize_options *options, float *d_topk_weight) {
     static const char fn[] = "bfp8_moe_combine_backward";
     if (!ctx) return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: ctx is NULL", fn);
@@ -204,22 +229,24 @@ bfp8_status bfp8_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix *dy, 
     BFP8_TRY(check_dense(ctx, dy, -1, dy->cols, "dy", fn));
     if (dy->rows > MOE_MAX_SLOTS / top_k)
         return bfp8_fail(BFP8_ERR_SHAPE, "%s: %lld tokens x top_k %d is too many", fn, (long long)dy->rows, top_k);
-    if (!dyp && !dyp_q && !d_topk_weight)
-        return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: dyp, dyp_q and d_topk_weight are all NULL", fn);
-    if (dyp || dyp_q) {
-        BFP8_TRY(check_permuted_outputs(ctx, dyp, dyp_q, dy->cols, options, "dyp", fn));
+    if (!dyp && !dyp_q && !dyp_qt && !d_topk_weight)
+        return bfp8_fail(BFP8_ERR_NULL_POINTER, "%s: dyp, dyp_q, dyp_qt and d_topk_weight are all NULL", fn);
+    if (dyp || dyp_q || dyp_qt) {
+        BFP8_TRY(check_permuted_outputs(ctx, dy, dyp, dyp_q, dyp_qt, options, "dyp", fn));
         BFP8_TRY(check_array(ctx, row_slot, 4, "row_slot", fn));
     }
     if (d_topk_weight) {
-        BFP8_TRY(check_dense(ctx, yp, -1, dy->cols, "yp", fn));
+        BFP8_TRY(check_dense(ctx, yp, dyp ? dyp->rows : dyp_q ? dyp_q->rows : dyp_qt ? dyp_qt->cols : -1, dy->cols,
+                             "yp", fn));
+        BFP8_TRY(check_array(ctx, row_slot, 4, "row_slot", fn));
         BFP8_TRY(check_array(ctx, slot_row, 4, "slot_row", fn));
         BFP8_TRY(check_array(ctx, d_topk_weight, 4, "d_topk_weight", fn));
     }
     if (topk_weight) BFP8_TRY(check_array(ctx, topk_weight, 4, "topk_weight", fn));
     return is_cuda(ctx) ? bfp8_cuda_moe_combine_backward(ctx, dy, yp, row_slot, slot_row, topk_weight, top_k, dyp,
-                                                         dyp_q, options, d_topk_weight)
+                                                         dyp_q, dyp_qt, options, d_topk_weight)
                         : bfp8_cpu_moe_combine_backward(ctx, dy, yp, row_slot, slot_row, topk_weight, top_k, dyp,
-                                                        dyp_q, options, d_topk_weight);
+                                                        dyp_q, dyp_qt, options, d_topk_weight);
 }
 
 bfp8_status bfp8_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h) {

@@ -81,8 +81,31 @@ bfp8_status bfp8_quantize_128x128(bfp8_context *ctx, const bfp8_matrix *x, bfp8_
                              x->rows));
     }
     BFP8_TRY(bfp8_check_quantize_options(ctx, options, fn));
-    return is_cuda(ctx) ? bfp8_cuda_quantize_128x128(ctx, x, out, out_t, options)
-                        : bfp8_cpu_quantize_128x128(ctx, x, out, out_t, options);
+    return is_cuda(ctx) ? bfp8_cuda_quantize_128x128(ctx, x, 0, out, out_t, options)
+                        : bfp8_cpu_quantize_128x128(ctx, x, 0, out, out_t, options);
+}
+
+bfp8_status bfp8_quantize_128x128_stacked(bfp8_context *ctx, const bfp8_matrix *x, int64_t group_rows,
+                                          bfp8_qmatrix *out, bfp8_qmatrix *out_t,
+                                          const bfp8_quantize_options *options) {
+    static const char fn[] = "bfp8_quantize_128x128_stacked";
+    BFP8_TRY(check_context(ctx, fn));
+    BFP8_TRY(bfp8_check_matrix(ctx, x, "bfp8_quantize_128x128_stacked: x"));
+    BFP8_TRY(check_high_precision(x, "bfp8_quantize_128x128_stacked: x"));
+    if (group_rows < 128 || group_rows % 128 || x->rows % group_rows || x->cols % 128)
+        return bfp8_fail(BFP8_ERR_SHAPE, "%s: x is %lld x %lld with group_rows %lld (group_rows and the columns "
+                         "multiples of 128, the rows a multiple of group_rows)", fn, (long long)x->rows,
+                         (long long)x->cols, (long long)group_rows);
+    BFP8_TRY(bfp8_check_qmatrix(ctx, out, BFP8_GRAN_128X128, "bfp8_quantize_128x128_stacked: out"));
+    BFP8_TRY(check_shape("bfp8_quantize_128x128_stacked: out", out->rows, out->cols, x->rows, x->cols));
+    if (out_t) {
+        BFP8_TRY(bfp8_check_qmatrix(ctx, out_t, BFP8_GRAN_128X128, "bfp8_quantize_128x128_stacked: out_t"));
+        BFP8_TRY(check_shape("bfp8_quantize_128x128_stacked: out_t", out_t->rows, out_t->cols,
+                             x->rows / group_rows * x->cols, group_rows));
+    }
+    BFP8_TRY(bfp8_check_quantize_options(ctx, options, fn));
+    return is_cuda(ctx) ? bfp8_cuda_quantize_128x128(ctx, x, group_rows, out, out_t, options)
+                        : bfp8_cpu_quantize_128x128(ctx, x, group_rows, out, out_t, options);
 }
 
 bfp8_status bfp8_dequantize(bfp8_context *ctx, const bfp8_qmatrix *q, bfp8_matrix *out) {

@@ -186,6 +186,15 @@ static int64_t differ_q(const char *what, const bfp8_qmatrix *q, const uint8_t *
     return differ;
 }
 
+/* Codes and scales of a host 1x128 layout against its device copy, bit for bit (whole buffers). */
+static int64_t differ_qt(const char *what, const bfp8_qmatrix *host, const bfp8_qmatrix *dev, size_t data_bytes,
+                         size_t scale_bytes) {
+    void *d = down(dev->data, data_bytes), *s = down(dev->scales, scale_bytes);
+    const int64_t differ = differ_q(what, host, d, s);
+    free(d), free(s);
+    return differ;
+}
+
 static size_t qbytes(const bfp8_qmatrix *q, size_t *scale_bytes) {
     size_t db;
     bfp8_qmatrix l;
@@ -195,20 +204,23 @@ static size_t qbytes(const bfp8_qmatrix *q, size_t *scale_bytes) {
 
 /* permute, combine, combine_backward of plan p on both backends, compared bit for bit. */
 static void test_data_ops(const char *name, const plan *p, int64_t H, bfp8_dtype in_dtype, bfp8_dtype out_dtype,
-                          unsigned fill, int pow2) {
+                          bfp8_dtype yp_dtype, unsigned fill, int pow2) {
     char what[128];
-    snprintf(what, sizeof what, "%s H=%lld in=%s out=%s pow2=%d", name, (long long)H, bfp8_dtype_name(in_dtype),
-             bfp8_dtype_name(out_dtype), pow2);
+    snprintf(what, sizeof what, "%s H=%lld in=%s out=%s yp=%s pow2=%d", name, (long long)H, bfp8_dtype_name(in_dtype),
+             bfp8_dtype_name(out_dtype), bfp8_dtype_name(yp_dtype), pow2);
     const int64_t T = p->T, P = p->P;
     const int k = p->k;
-    const size_t isz = bfp8_dtype_size(in_dtype), osz = bfp8_dtype_size(out_dtype);
-    void *x = test_malloc((size_t)(T * H) * isz), *yp = test_malloc((size_t)(P * H) * 4);
+    const size_t isz = bfp8_dtype_size(in_dtype), osz = bfp8_dtype_size(out_dtype), ysz = bfp8_dtype_size(yp_dtype);
+    void *x = test_malloc((size_t)(T * H) * isz), *yp = test_malloc((size_t)(P * H) * ysz);
     float *w = test_malloc((size_t)(T * k) * 4);
     if (in_dtype == BFP8_F32)
         test_fill_f32(x, T, H, H, 1.0f, fill, 41);
     else
         test_fill_bf16(x, T, H, H, 1.0f, fill, 41);
-    test_fill_f32(yp, P, H, H, 1.0f, 0, 42);
+    if (yp_dtype == BFP8_F32)
+        test_fill_f32(yp, P, H, H, 1.0f, 0, 42);
+    else
+        test_fill_bf16(yp, P, H, H, 1.0f, 0, 42);
     test_fill_f32(w, T, k, k, 1.0f, 0, 43);
     bfp8_qmatrix qc, qg;
     size_t sb;
@@ -217,45 +229,64 @@ static void test_data_ops(const char *name, const plan *p, int64_t H, bfp8_dtype
     const size_t db = qbytes(&qc, &sb);
     qc.data = test_malloc(db), qc.scales = test_malloc(sb);
     qg.data = up(NULL, db), qg.scales = up(NULL, sb);
+    /* the columns' quantization (H x P) where H is a multiple of 128 */
+    const int cols_q = H % 128 == 0;
+    bfp8_qmatrix tc, tg;
+    size_t tsb;
+    CHECK_OK(bfp8_qmatrix_layout(&tc, H, P, BFP8_GRAN_1X128, NULL, NULL));
+    tg = tc;
+    const size_t tdb = qbytes(&tc, &tsb);
+    tc.data = test_malloc(tdb), tc.scales = test_malloc(tsb);
+    tg.data = up(NULL, tdb), tg.scales = up(NULL, tsb);
     uint32_t flag_c = 0, *d_flag = up(&flag_c, 4);
     const bfp8_quantize_options oc = {pow2, &flag_c}, og = {pow2, d_flag};
     void *xpc = test_malloc((size_t)(P * H) * osz), *d_x = up(x, (size_t)(T * H) * isz);
     void *d_xp = up(NULL, (size_t)(P * H) * osz);
     const bfp8_matrix xc = {x, in_dtype, T, H, H}, xg = {d_x, in_dtype, T, H, H};
     bfp8_matrix xpcm = {xpc, out_dtype, P, H, H}, xpgm = {d_xp, out_dtype, P, H, H};
-    CHECK_OK(bfp8_moe_permute(cpu, &xc, p->row_slot, k, &xpcm, &qc, &oc));
-    CHECK_OK(bfp8_moe_permute(gpu, &xg, p->d_row_slot, k, &xpgm, &qg, &og));
+    CHECK_OK(bfp8_moe_permute(cpu, &xc, p->row_slot, k, &xpcm, &qc, cols_q ? &tc : NULL, &oc));
+    CHECK_OK(bfp8_moe_permute(gpu, &xg, p->d_row_slot, k, &xpgm, &qg, cols_q ? &tg : NULL, &og));
     void *xpg = down(d_xp, (size_t)(P * H) * osz), *qgd = down(qg.data, db), *qgs = down(qg.scales, sb);
     uint32_t *flag_g = down(d_flag, 4);
     int64_t differ = differ_bytes(what, xpc, xpg, (size_t)(P * H) * osz);
-    differ += differ_q(what, &qc, qgd, qgs);
+    differ += differ_q(what, &qc, qgd, qgs) + (cols_q ? differ_qt(what, &tc, &tg, tdb, tsb) : 0);
     CHECK(differ == 0 && flag_c == *flag_g, "%s: permute differs (flags %u, %u)", what, flag_c, *flag_g);
 
     /* combine into y (out dtype), accumulating; then the backward from dy = x's rows (in dtype) */
-    void *y0 = test_malloc((size_t)(T * H) * osz), *d_yp = up(yp, (size_t)(P * H) * 4);
+    void *y0 = test_malloc((size_t)(T * H) * osz), *d_yp = up(yp, (size_t)(P * H) * ysz);
     float *d_w = up(w, (size_t)(T * k) * 4);
     if (out_dtype == BFP8_F32)
         test_fill_f32(y0, T, H, H, 1.0f, 0, 44);
     else
         test_fill_bf16(y0, T, H, H, 1.0f, 0, 44);
     void *d_y = up(y0, (size_t)(T * H) * osz);
-    const bfp8_matrix ypc = {yp, BFP8_F32, P, H, H}, ypg = {d_yp, BFP8_F32, P, H, H};
+    const bfp8_matrix ypc = {yp, yp_dtype, P, H, H}, ypg = {d_yp, yp_dtype, P, H, H};
     bfp8_matrix yc = {y0, out_dtype, T, H, H}, yg = {d_y, out_dtype, T, H, H};
     CHECK_OK(bfp8_moe_combine(cpu, &ypc, p->slot_row, w, k, 1, &yc));
     CHECK_OK(bfp8_moe_combine(gpu, &ypg, p->d_slot_row, d_w, k, 1, &yg));
     void *y = down(d_y, (size_t)(T * H) * osz);
     CHECK(differ_bytes(what, y0, y, (size_t)(T * H) * osz) == 0, "%s: combine differs", what);
     float *dwc = test_malloc((size_t)(T * k) * 4), *d_dw = up(NULL, (size_t)(T * k) * 4);
-    CHECK_OK(bfp8_moe_combine_backward(cpu, &xc, &ypc, p->row_slot, p->slot_row, w, k, &xpcm, &qc, &oc, dwc));
-    CHECK_OK(bfp8_moe_combine_backward(gpu, &xg, &ypg, p->d_row_slot, p->d_slot_row, d_w, k, &xpgm, &qg, &og, d_dw));
+    CHECK_OK(bfp8_moe_combine_backward(cpu, &xc, &ypc, p->row_slot, p->slot_row, w, k, &xpcm, &qc,
+                                       cols_q ? &tc : NULL, &oc, dwc));
+    CHECK_OK(bfp8_moe_combine_backward(gpu, &xg, &ypg, p->d_row_slot, p->d_slot_row, d_w, k, &xpgm, &qg,
+                                       cols_q ? &tg : NULL, &og, d_dw));
     free(xpg), free(qgd), free(qgs);
     xpg = down(d_xp, (size_t)(P * H) * osz), qgd = down(qg.data, db), qgs = down(qg.scales, sb);
     float *dwg = down(d_dw, (size_t)(T * k) * 4);
     differ = out_dtype == BFP8_F32 ? differ_f32(what, xpc, xpg, P * H)
                                    : differ_bytes(what, xpc, xpg, (size_t)(P * H) * 2);
-    differ += differ_q(what, &qc, qgd, qgs);
+    differ += differ_q(what, &qc, qgd, qgs) + (cols_q ? differ_qt(what, &tc, &tg, tdb, tsb) : 0);
     differ += differ_f32(what, dwc, dwg, T * k);
     CHECK(differ == 0, "%s: combine_backward differs", what);
+    /* the weight gradient alone (no permuted output) */
+    float *d_dw2 = up(NULL, (size_t)(T * k) * 4);
+    CHECK_OK(bfp8_moe_combine_backward(gpu, &xg, &ypg, p->d_row_slot, p->d_slot_row, d_w, k, NULL, NULL, NULL, NULL,
+                                       d_dw2));
+    float *dwg2 = down(d_dw2, (size_t)(T * k) * 4);
+    CHECK(differ_f32(what, dwc, dwg2, T * k) == 0, "%s: combine_backward's weight gradient alone differs", what);
+    bfp8_free(gpu, d_dw2), free(dwg2);
+    bfp8_free(gpu, tg.data), bfp8_free(gpu, tg.scales), free(tc.data), free(tc.scales);
     void *dev[] = {qg.data, qg.scales, d_flag, d_x, d_xp, d_yp, d_w, d_y, d_dw};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) bfp8_free(gpu, dev[i]);
     free(x), free(yp), free(w), free(qc.data), free(qc.scales), free(xpc), free(xpg), free(qgd), free(qgs);
@@ -276,21 +307,34 @@ static void test_dispatch_and_data(void) {
         }
     }
     plan p = dispatch_both("random k=6", ex, T, K, E, 0);
-    test_data_ops("random k=6", &p, 384, BFP8_F32, BFP8_F32, TEST_FILL_HARD, 0);
-    test_data_ops("random k=6", &p, 200, BFP8_BF16, BFP8_BF16, TEST_FILL_NONFINITE, 1);
-    test_data_ops("random k=6", &p, 256, BFP8_F32, BFP8_BF16, TEST_FILL_WIDE_RANGE, 0);
+    test_data_ops("random k=6", &p, 384, BFP8_F32, BFP8_F32, BFP8_BF16, TEST_FILL_HARD, 0);
+    test_data_ops("random k=6", &p, 200, BFP8_BF16, BFP8_BF16, BFP8_F32, TEST_FILL_NONFINITE, 1);
+    test_data_ops("random k=6", &p, 256, BFP8_F32, BFP8_BF16, BFP8_BF16, TEST_FILL_WIDE_RANGE, 0);
+    test_data_ops("random k=6", &p, 258, BFP8_F32, BFP8_F32, BFP8_BF16, 0, 0);
     plan_free(&p);
     p = dispatch_both("random k=6 capacity 150", ex, T, K, E, 150);
-    test_data_ops("capacity 150", &p, 128, BFP8_F32, BFP8_F32, 0, 0);
+    test_data_ops("capacity 150", &p, 128, BFP8_F32, BFP8_F32, BFP8_F32, 0, 0);
     plan_free(&p);
     for (int64_t t = 0; t < T; ++t) ex[t] = E - 1; /* every token to the last expert, the others empty */
     p = dispatch_both("all to one expert", ex, T, 1, E, 0);
-    test_data_ops("all to one expert", &p, 256, BFP8_BF16, BFP8_F32, TEST_FILL_HARD, 0);
+    test_data_ops("all to one expert", &p, 256, BFP8_BF16, BFP8_F32, BFP8_BF16, TEST_FILL_HARD, 0);
     plan_free(&p);
     p = dispatch_both("all to one expert, capacity 129", ex, T, 1, E, 129);
     plan_free(&p);
     p = dispatch_both("one token", ex, 1, 1, E, 0);
-    test_data_ops("one token", &p, 129, BFP8_F32, BFP8_F32, 0, 0);
+    test_data_ops("one token", &p, 129, BFP8_F32, BFP8_F32, BFP8_F32, 0, 0);
+    plan_free(&p);
+    free(ex);
+    /* many passes of the dispatch kernels' CTAs (16384 slots each), skewed, a capacity */
+    enum { T2 = 20011, E2 = 256, K2 = 8 };
+    ex = test_malloc((size_t)T2 * K2 * 4);
+    for (int64_t i = 0; i < (int64_t)T2 * K2; ++i) {
+        const int64_t e = (int64_t)test_rng_range(&rng, 0, E2 - 1);
+        ex[i] = (int32_t)(i % 3 == 0 ? e % 7 : e);
+    }
+    p = dispatch_both("T=20011 E=256 k=8", ex, T2, K2, E2, 0);
+    plan_free(&p);
+    p = dispatch_both("T=20011 E=256 k=8 capacity 700", ex, T2, K2, E2, 700);
     plan_free(&p);
     free(ex);
 
@@ -330,6 +374,44 @@ static void test_dispatch_and_data(void) {
           ed);
     bfp8_free(gpu, d_gu), bfp8_free(gpu, d_dh), bfp8_free(gpu, d_h), bfp8_free(gpu, d_dgu);
     free(gu), free(dh), free(hc), free(dguc), free(hg), free(dgug);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The experts' weights in one call (bfp8_quantize_128x128_stacked)          */
+
+static void test_stacked_weights(int64_t groups, int64_t group_rows, int64_t cols, bfp8_dtype dtype, unsigned fill,
+                                 int pow2) {
+    char what[112];
+    snprintf(what, sizeof what, "stacked weights %lld x (%lld x %lld) %s pow2=%d", (long long)groups,
+             (long long)group_rows, (long long)cols, bfp8_dtype_name(dtype), pow2);
+    const int64_t R = groups * group_rows;
+    const size_t xb = (size_t)(R * cols) * bfp8_dtype_size(dtype);
+    void *x = test_malloc(xb);
+    if (dtype == BFP8_F32)
+        test_fill_f32(x, R, cols, cols, 0.05f, fill, 71);
+    else
+        test_fill_bf16(x, R, cols, cols, 0.05f, fill, 71);
+    bfp8_qmatrix q[2], t[2]; /* CPU, GPU */
+    size_t qd, qs, td, ts;
+    CHECK_OK(bfp8_qmatrix_layout(&q[0], R, cols, BFP8_GRAN_128X128, &qd, &qs));
+    CHECK_OK(bfp8_qmatrix_layout(&t[0], groups * cols, group_rows, BFP8_GRAN_128X128, &td, &ts));
+    q[1] = q[0], t[1] = t[0];
+    q[0].data = test_malloc(qd), q[0].scales = test_malloc(qs);
+    t[0].data = test_malloc(td), t[0].scales = test_malloc(ts);
+    q[1].data = up(NULL, qd), q[1].scales = up(NULL, qs), t[1].data = up(NULL, td), t[1].scales = up(NULL, ts);
+    void *d_x = up(x, xb);
+    const bfp8_matrix xc = {x, dtype, R, cols, cols}, xg = {d_x, dtype, R, cols, cols};
+    const bfp8_quantize_options o = {pow2, NULL};
+    CHECK_OK(bfp8_quantize_128x128_stacked(cpu, &xc, group_rows, &q[0], &t[0], &o));
+    CHECK_OK(bfp8_quantize_128x128_stacked(gpu, &xg, group_rows, &q[1], &t[1], &o));
+    void *g[4] = {down(q[1].data, qd), down(q[1].scales, qs), down(t[1].data, td), down(t[1].scales, ts)};
+    const int64_t differ = differ_bytes(what, q[0].data, g[0], qd) + differ_bytes(what, q[0].scales, g[1], qs) +
+                           differ_bytes(what, t[0].data, g[2], td) + differ_bytes(what, t[0].scales, g[3], ts);
+    CHECK(differ == 0, "%s: the GPU's codes or scales differ from the CPU's", what);
+    for (int i = 0; i < 4; ++i) free(g[i]);
+    bfp8_free(gpu, d_x), bfp8_free(gpu, q[1].data), bfp8_free(gpu, q[1].scales);
+    bfp8_free(gpu, t[1].data), bfp8_free(gpu, t[1].scales);
+    free(x), free(q[0].data), free(q[0].scales), free(t[0].data), free(t[0].scales);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -419,6 +501,8 @@ int main(void) {
     test_route(5, 3, 3, BFP8_MOE_SCORE_SOFTMAX, 0, 0, 0);
     test_wild_experts();
     test_dispatch_and_data();
+    test_stacked_weights(32, 1536, 2048, BFP8_F32, TEST_FILL_HARD, 0); /* moe-1b's gate|up */
+    test_stacked_weights(5, 384, 256, BFP8_BF16, TEST_FILL_NONFINITE | TEST_FILL_WIDE_RANGE, 1);
 
     const bfp8_moe_config base = {512, 256, 256, 16, 4, 1024, BFP8_MOE_SCORE_SOFTMAX, 0, 1.0f, 0.0f,
                                   BFP8_MOE_BALANCE_NONE, 0.0f, 0.0f, BFP8_RECIPE_BF16, 0, NULL};

@@ -189,11 +189,13 @@ static int64_t compare_q(const char *what, const bfp8_qmatrix *a, const bfp8_qma
     return differ;
 }
 
-static void alloc_q(bfp8_qmatrix *q, int64_t rows, int64_t cols) {
+static void alloc_q_gran(bfp8_qmatrix *q, int64_t rows, int64_t cols, bfp8_granularity gran) {
     size_t db, sb;
-    CHECK_OK(bfp8_qmatrix_layout(q, rows, cols, BFP8_GRAN_1X128, &db, &sb));
+    CHECK_OK(bfp8_qmatrix_layout(q, rows, cols, gran, &db, &sb));
     q->data = test_malloc(db), q->scales = test_malloc(sb);
 }
+
+static void alloc_q(bfp8_qmatrix *q, int64_t rows, int64_t cols) { alloc_q_gran(q, rows, cols, BFP8_GRAN_1X128); }
 
 /* permute, combine and combine_backward of one routing; x has H columns. */
 static void test_permute_combine(int64_t T, int64_t H, int k, int E, int64_t capacity, unsigned fill, int pow2) {
@@ -214,15 +216,20 @@ static void test_permute_combine(int64_t T, int64_t H, int k, int E, int64_t cap
     test_fill_f32(w, T, k, k, 1.0f, 0, 12);
     float *xp = test_malloc((size_t)(P * H) * 4), *xp2 = test_malloc((size_t)(P * H) * 4);
     uint16_t *xpb = test_malloc((size_t)(P * H) * 2);
-    bfp8_qmatrix q_fused, q_ref;
-    alloc_q(&q_fused, P, H), alloc_q(&q_ref, P, H);
+    bfp8_qmatrix q_fused, q_ref, qt_fused, qt_ref; /* rows; columns (H x P, where H is a multiple of 128) */
+    alloc_q(&q_fused, P, H), alloc_q(&q_ref, P, H), alloc_q(&qt_fused, H, P), alloc_q(&qt_ref, H, P);
+    const int cols_q = H % 128 == 0;
     uint32_t flag = 0, flag_ref = 0;
     const bfp8_quantize_options o = {pow2, &flag}, o_ref = {pow2, &flag_ref};
     const bfp8_matrix xm = {x, BFP8_F32, T, H, H};
     bfp8_matrix xpm = {xp, BFP8_F32, P, H, H}, xpbm = {xpb, BFP8_BF16, P, H, H};
-    CHECK_OK(bfp8_moe_permute(ctx, &xm, row_slot, k, &xpm, &q_fused, &o));
-    CHECK_OK(bfp8_moe_permute(ctx, &xm, row_slot, k, &xpbm, NULL, NULL));
-    CHECK_OK(bfp8_quantize_1x128(ctx, &xpm, &q_ref, NULL, &o_ref));
+    CHECK_OK(bfp8_moe_permute(ctx, &xm, row_slot, k, &xpm, &q_fused, cols_q ? &qt_fused : NULL, &o));
+    CHECK_OK(bfp8_moe_permute(ctx, &xm, row_slot, k, &xpbm, NULL, NULL, NULL));
+    CHECK_OK(bfp8_quantize_1x128(ctx, &xpm, &q_ref, cols_q ? &qt_ref : NULL, &o_ref));
+    if (cols_q)
+        CHECK(compare_q(what, &qt_fused, &qt_ref) == 0, "%s: fused column quantization differs", what);
+    else
+        CHECK_STATUS(bfp8_moe_permute(ctx, &xm, row_slot, k, NULL, NULL, &qt_fused, NULL), BFP8_ERR_SHAPE);
     int64_t bad = 0;
     for (int64_t r = 0; r < P; ++r)
         for (int64_t c = 0; c < H; ++c) {
@@ -257,8 +264,10 @@ static void test_permute_combine(int64_t T, int64_t H, int k, int E, int64_t cap
     alloc_q(&dq_fused, P, H), alloc_q(&dq_ref, P, H);
     const bfp8_matrix dym = {y0, BFP8_F32, T, H, H};
     bfp8_matrix dypm = {xp2, BFP8_F32, P, H, H};
-    CHECK_OK(bfp8_moe_combine_backward(ctx, &dym, &xpm, row_slot, slot_row, w, k, &dypm, &dq_fused, &o, dw));
-    CHECK_OK(bfp8_quantize_1x128(ctx, &dypm, &dq_ref, NULL, &o_ref));
+    CHECK_OK(bfp8_moe_combine_backward(ctx, &dym, &xpm, row_slot, slot_row, w, k, &dypm, &dq_fused,
+                                       cols_q ? &qt_fused : NULL, &o, dw));
+    CHECK_OK(bfp8_quantize_1x128(ctx, &dypm, &dq_ref, cols_q ? &qt_ref : NULL, &o_ref));
+    if (cols_q) CHECK(compare_q(what, &qt_fused, &qt_ref) == 0, "%s: fused dyp column quantization differs", what);
     bad = 0;
     for (int64_t r = 0; r < P; ++r)
         for (int64_t c = 0; c < H; ++c) {
@@ -282,12 +291,51 @@ static void test_permute_combine(int64_t T, int64_t H, int k, int E, int64_t cap
     CHECK(worst < 1e-6, "%s: d_topk_weight off fp64 by %.3g", what, worst);
     free(ex), free(slot_row), free(row_slot), free(offsets), free(routed), free(x), free(w), free(xp), free(xp2);
     free(xpb), free(y), free(y0), free(dw);
-    bfp8_qmatrix *qs[] = {&q_fused, &q_ref, &dq_fused, &dq_ref};
-    for (int i = 0; i < 4; ++i) free(qs[i]->data), free(qs[i]->scales);
+    bfp8_qmatrix *qs[] = {&q_fused, &q_ref, &dq_fused, &dq_ref, &qt_fused, &qt_ref};
+    for (int i = 0; i < 6; ++i) free(qs[i]->data), free(qs[i]->scales);
 }
 
 /* ------------------------------------------------------------------------ */
 /* SwiGLU                                                                    */
+
+/* Codes and scales of two 128x128-quantized matrices. */
+static int64_t compare_blocks(const char *what, const bfp8_qmatrix *a, const bfp8_qmatrix *b) {
+    int64_t differ = test_compare_bytes(what, a->data, a->ld, b->data, b->ld, a->rows, a->cols);
+    for (int64_t rb = 0; rb < (a->rows + 127) / 128; ++rb)
+        differ += test_compare_f32_bits(what, a->scales + rb * a->scale_ld, b->scales + rb * b->scale_ld,
+                                        (a->cols + 127) / 128);
+    return differ;
+}
+
+/* bfp8_quantize_128x128_stacked against bfp8_quantize_128x128 of each matrix, bit for bit. */
+static void test_stacked_weights(int64_t groups, int64_t group_rows, int64_t cols, unsigned fill, int pow2) {
+    char what[96];
+    snprintf(what, sizeof what, "stacked %lld x (%lld x %lld) pow2=%d", (long long)groups, (long long)group_rows,
+             (long long)cols, pow2);
+    const int64_t R = groups * group_rows;
+    float *x = test_malloc((size_t)(R * cols) * 4);
+    test_fill_f32(x, R, cols, cols, 0.05f, fill, 61);
+    const bfp8_matrix xm = {x, BFP8_F32, R, cols, cols};
+    bfp8_qmatrix q, qt, q1, qt1;
+    alloc_q_gran(&q, R, cols, BFP8_GRAN_128X128);
+    alloc_q_gran(&qt, groups * cols, group_rows, BFP8_GRAN_128X128);
+    alloc_q_gran(&q1, group_rows, cols, BFP8_GRAN_128X128);
+    alloc_q_gran(&qt1, cols, group_rows, BFP8_GRAN_128X128);
+    const bfp8_quantize_options o = {pow2, NULL};
+    CHECK_OK(bfp8_quantize_128x128_stacked(ctx, &xm, group_rows, &q, &qt, &o));
+    int64_t differ = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+        const bfp8_matrix xg = {x + g * group_rows * cols, BFP8_F32, group_rows, cols, cols};
+        CHECK_OK(bfp8_quantize_128x128(ctx, &xg, &q1, &qt1, &o));
+        bfp8_qmatrix sg = q1, stg = qt1;
+        sg.data = q.data + g * group_rows * q.ld, sg.scales = q.scales + g * (group_rows / 128) * q.scale_ld;
+        stg.data = qt.data + g * cols * qt.ld, stg.scales = qt.scales + g * (cols / 128) * qt.scale_ld;
+        differ += compare_blocks(what, &q1, &sg) + compare_blocks(what, &qt1, &stg);
+    }
+    CHECK(differ == 0, "%s: differs from each matrix quantized alone", what);
+    free(x), free(q.data), free(q.scales), free(qt.data), free(qt.scales);
+    free(q1.data), free(q1.scales), free(qt1.data), free(qt1.scales);
+}
 
 static double swiglu_f64(double g, double u) { return g / (1.0 + exp(-g)) * u; }
 
@@ -352,12 +400,25 @@ static void test_bad_arguments(void) {
     float x[256], out[256];
     const bfp8_matrix xm = {x, BFP8_F32, 2, 128, 128};
     bfp8_matrix bad_cols = {out, BFP8_F32, 2, 64, 64};
-    CHECK_STATUS(bfp8_moe_permute(ctx, &xm, row_slot, 1, &bad_cols, NULL, NULL), BFP8_ERR_SHAPE);
-    CHECK_STATUS(bfp8_moe_permute(ctx, &xm, row_slot, 1, NULL, NULL, NULL), BFP8_ERR_NULL_POINTER);
+    CHECK_STATUS(bfp8_moe_permute(ctx, &xm, row_slot, 1, &bad_cols, NULL, NULL, NULL), BFP8_ERR_SHAPE);
+    CHECK_STATUS(bfp8_moe_permute(ctx, &xm, row_slot, 1, NULL, NULL, NULL, NULL), BFP8_ERR_NULL_POINTER);
     bfp8_matrix h = {out, BFP8_F32, 2, 64, 64};
     CHECK_STATUS(bfp8_moe_swiglu(ctx, &xm, &h), BFP8_OK);
     bfp8_matrix h_wrong = {out, BFP8_F32, 2, 32, 32};
     CHECK_STATUS(bfp8_moe_swiglu(ctx, &xm, &h_wrong), BFP8_ERR_SHAPE);
+    /* stacked weights: group_rows a multiple of 128 dividing the rows, the transposes' shape */
+    static float wx[256 * 128];
+    const bfp8_matrix wm = {wx, BFP8_F32, 256, 128, 128};
+    bfp8_qmatrix wq, wqt, wqt_bad;
+    alloc_q_gran(&wq, 256, 128, BFP8_GRAN_128X128);
+    alloc_q_gran(&wqt, 256, 128, BFP8_GRAN_128X128);
+    alloc_q_gran(&wqt_bad, 128, 256, BFP8_GRAN_128X128); /* one matrix's transpose, not the stack's */
+    CHECK_STATUS(bfp8_quantize_128x128_stacked(ctx, &wm, 100, &wq, &wqt, NULL), BFP8_ERR_SHAPE);
+    CHECK_STATUS(bfp8_quantize_128x128_stacked(ctx, &wm, 384, &wq, &wqt, NULL), BFP8_ERR_SHAPE);
+    CHECK_STATUS(bfp8_quantize_128x128_stacked(ctx, &wm, 128, &wq, &wqt_bad, NULL), BFP8_ERR_SHAPE);
+    CHECK_STATUS(bfp8_quantize_128x128_stacked(ctx, &wm, 128, &wq, &wqt, NULL), BFP8_OK);
+    CHECK_STATUS(bfp8_quantize_128x128_stacked(ctx, &wm, 128, NULL, &wqt, NULL), BFP8_ERR_NULL_POINTER);
+    free(wq.data), free(wq.scales), free(wqt.data), free(wqt.scales), free(wqt_bad.data), free(wqt_bad.scales);
 }
 
 int main(void) {
@@ -376,6 +437,8 @@ int main(void) {
     test_permute_combine(64, 128, 1, 4, 0, TEST_FILL_NONFINITE, 0);
     test_permute_combine(1, 129, 1, 1, 0, 0, 0);
     test_swiglu();
+    test_stacked_weights(3, 256, 384, TEST_FILL_HARD, 0);
+    test_stacked_weights(4, 128, 128, TEST_FILL_NONFINITE | TEST_FILL_WIDE_RANGE, 1);
     test_bad_arguments();
     bfp8_context_destroy(ctx);
     return test_exit_code("test_moe_ops");
