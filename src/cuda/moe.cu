@@ -134,14 +134,29 @@ __device__ __forceinline__ void load4_yp(const gather_args &a, int64_t r, int64_
     else load4(static_cast<const uint16_t *>(a.yp) + r * a.yp_ld + c, v);
 }
 
+/* Permuted row r's slot, its token (-1: a padding row, or a slot past the tokens) and its weight. */
+struct row_source {
+    int32_t slot;
+    int64_t token;
+    float weight;
+};
+__device__ __forceinline__ row_source source_of(const gather_args &a, int64_t r) {
+    row_source s;
+    s.slot = a.row_slot[r];
+    s.token = s.slot < 0 ? -1 : s.slot / a.top_k;
+    if (s.token >= a.src_rows) s.token = -1;
+    s.weight = s.token >= 0 && a.weights ? a.weights[s.slot] : 1.0f;
+    return s;
+}
+
 /* One CTA per output row, a warp per 128-column group, 4 elements a lane. */
 __global__ void gather_kernel(const gather_args a) {
     const int64_t r = blockIdx.x;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int32_t slot = a.row_slot[r];
-    int64_t t = slot < 0 ? -1 : slot / a.top_k;
-    if (t >= a.src_rows) t = -1;
-    const float w = t >= 0 && a.weights ? a.weights[slot] : 1.0f;
+    const row_source src_row = source_of(a, r);
+    const int32_t slot = src_row.slot;
+    const int64_t t = src_row.token;
+    const float w = src_row.weight;
     float dot = 0.0f;
     for (int64_t c0 = static_cast<int64_t>(warp) * 128; c0 < a.cols; c0 += kGatherWarps * 128) {
         float v[4];
@@ -179,10 +194,10 @@ template <typename Src, bool kOut, bool kCodes, bool kDot>
 __global__ void gather_vec_kernel(const gather_args a) {
     const int64_t r = blockIdx.x;
     const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int32_t slot = a.row_slot[r];
-    int64_t t = slot < 0 ? -1 : slot / a.top_k;
-    if (t >= a.src_rows) t = -1;
-    const float w = t >= 0 && a.weights ? a.weights[slot] : 1.0f;
+    const row_source src_row = source_of(a, r);
+    const int32_t slot = src_row.slot;
+    const int64_t t = src_row.token;
+    const float w = src_row.weight;
     const bool dot_row = kDot && t >= 0 && r < a.yp_rows;
     const Src *src = static_cast<const Src *>(a.src) + (t >= 0 ? t : 0) * a.src_ld;
     float dot = 0.0f;
@@ -261,10 +276,9 @@ __global__ void __launch_bounds__(kDualThreads, 3) gather_dual_kernel(const gath
     const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kDualTile, c0 = static_cast<int64_t>(blockIdx.x) * kDualTile;
     const int64_t c = c0 + lane * 4;
     if (threadIdx.x < kDualTile) {
-        const int32_t slot = a.row_slot[r0 + threadIdx.x];
-        const int64_t t = slot < 0 ? -1 : slot / a.top_k;
-        row_token[threadIdx.x] = t < a.src_rows ? t : -1;
-        row_weight[threadIdx.x] = a.weights && t >= 0 && t < a.src_rows ? a.weights[slot] : 1.0f;
+        const row_source src_row = source_of(a, r0 + threadIdx.x);
+        row_token[threadIdx.x] = src_row.token;
+        row_weight[threadIdx.x] = src_row.weight;
     }
     __syncthreads();
     uint32_t col_max[4] = {0u, 0u, 0u, 0u};
