@@ -10,10 +10,13 @@
  *   permute / combine_backward's dyp: a CTA per permuted row, a warp per
  *                   128-column group, 4 consecutive elements a lane (amax,
  *                   scale, codes as the quantizer); 8- and 16-byte accesses
- *                   where the layouts allow, else element by element
- *   combine         a thread per 4 output elements (or per element), fmaf over j
- *                   with d_topk_weight, the same CTA's dot product of its dy row
+ *                   where the layouts allow, else element by element; with
+ *                   d_topk_weight, the same CTA's dot product of its dy row
  *                   with its yp row (combine_backward's weight gradient)
+ *   the same with the columns quantized too: a CTA per 128 x 128 tile, its
+ *                   values kept in shared memory for the columns' groups (the
+ *                   dots then in a row gather of their own)
+ *   combine         a thread per 4 output elements (or per element), fmaf over j
  *   swiglu          element-wise
  */
 #include <atomic>
@@ -27,7 +30,6 @@ using bfp8_sm90::cvt_e4m3x2;
 namespace {
 
 constexpr int kWarp = 32;
-
 
 __device__ __forceinline__ float load_element(const void *p, bfp8_dtype dtype, int64_t i) {
     return dtype == BFP8_F32 ? static_cast<const float *>(p)[i] : bfp8_decode_bf16(static_cast<const uint16_t *>(p)[i]);
@@ -46,7 +48,7 @@ unsigned blocks_for(int64_t n, int per_block) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Gather (permute, combine backward), combine, weight gradient              */
+/* Gather (permute, combine backward and its weight gradient), combine       */
 
 struct gather_args {
     const void *src;
