@@ -429,3 +429,9 @@ void bench_json_number(FILE *f, double v) {
 const char *bench_cublas_status_name(int status) {
     return cublasLtGetStatusName((cublasStatus_t)status);
 }
+
+int bench_failed_with(bfp8_status status, const char *what, char *reason, size_t reason_size) {
+    if (status == BFP8_OK) return 0;
+    snprintf(reason, reason_size, "%s: %s: %s", what, bfp8_status_name(status), bfp8_last_error());
+    return 1;
+}

@@ -91,6 +91,9 @@ static inline int64_t bench_round_up(int64_t a, int64_t multiple) {
     return bench_ceil_div(a, multiple) * multiple;
 }
 
+/* 0 when status is BFP8_OK; otherwise 1, with "what: STATUS: last error" in reason. */
+int bench_failed_with(bfp8_status status, const char *what, char *reason, size_t reason_size);
+
 /* TFLOP/s of `flops` floating-point operations done in `ms` milliseconds. */
 double bench_tflops(double flops, double ms);
 

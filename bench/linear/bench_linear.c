@@ -75,29 +75,23 @@ typedef struct linear_run {
     int accumulate;
 } linear_run;
 
-static int failed_with(bfp8_status status, const char *what, char *reason, size_t size) {
-    if (status == BFP8_OK) return 0;
-    snprintf(reason, size, "%s: %s: %s", what, bfp8_status_name(status), bfp8_last_error());
-    return 1;
-}
-
 static int call_set_weight(void *arg, int set, char *reason, size_t size) {
     (void)set;
     linear_run *run = arg;
-    return failed_with(bfp8_linear_set_weight(run->lin, run->w), "bfp8_linear_set_weight", reason, size);
+    return bench_failed_with(bfp8_linear_set_weight(run->lin, run->w), "bfp8_linear_set_weight", reason, size);
 }
 
 static int call_forward(void *arg, int set, char *reason, size_t size) {
     (void)set;
     linear_run *run = arg;
-    return failed_with(bfp8_linear_forward(run->lin, run->x, run->m, run->y), "bfp8_linear_forward",
+    return bench_failed_with(bfp8_linear_forward(run->lin, run->x, run->m, run->y), "bfp8_linear_forward",
                        reason, size);
 }
 
 static int call_step(void *arg, int set, char *reason, size_t size) {
     linear_run *run = arg;
     if (call_forward(arg, set, reason, size)) return 1;
-    return failed_with(bfp8_linear_backward(run->lin, run->dy, run->dx, run->dw, run->accumulate),
+    return bench_failed_with(bfp8_linear_backward(run->lin, run->dy, run->dx, run->dw, run->accumulate),
                        "bfp8_linear_backward", reason, size);
 }
 
@@ -150,7 +144,7 @@ static int run_shape(bfp8_context *ctx, cudaStream_t stream, shape_result *s, in
         r->recipe = kRecipes[i];
         const bfp8_linear_config cfg = {k, n, m, r->recipe, 0, NULL};
         linear_run run = {NULL, m, w, x, dy, y, dx, dw, accumulate};
-        if (failed_with(bfp8_linear_create(&run.lin, ctx, &cfg), "bfp8_linear_create", r->reason,
+        if (bench_failed_with(bfp8_linear_create(&run.lin, ctx, &cfg), "bfp8_linear_create", r->reason,
                         sizeof r->reason)) {
             printf("  %-24s n/a: %s\n", recipe_label(r->recipe), r->reason);
             continue;

@@ -43,28 +43,22 @@ typedef struct moe_run {
     float *y, *dx;
 } moe_run;
 
-static int failed_with(bfp8_status status, const char *what, char *reason, size_t size) {
-    if (status == BFP8_OK) return 0;
-    snprintf(reason, size, "%s: %s: %s", what, bfp8_status_name(status), bfp8_last_error());
-    return 1;
-}
-
 static int call_set_weights(void *arg, int set, char *reason, size_t size) {
     (void)set;
     moe_run *r = arg;
-    return failed_with(bfp8_moe_set_weights(r->moe, &r->w), "bfp8_moe_set_weights", reason, size);
+    return bench_failed_with(bfp8_moe_set_weights(r->moe, &r->w), "bfp8_moe_set_weights", reason, size);
 }
 
 static int call_forward(void *arg, int set, char *reason, size_t size) {
     (void)set;
     moe_run *r = arg;
-    return failed_with(bfp8_moe_forward(r->moe, r->x, r->tokens, r->y), "bfp8_moe_forward", reason, size);
+    return bench_failed_with(bfp8_moe_forward(r->moe, r->x, r->tokens, r->y), "bfp8_moe_forward", reason, size);
 }
 
 static int call_step(void *arg, int set, char *reason, size_t size) {
     moe_run *r = arg;
     if (call_forward(arg, set, reason, size)) return 1;
-    return failed_with(bfp8_moe_backward(r->moe, r->dy, r->dx, &r->g, 0), "bfp8_moe_backward", reason, size);
+    return bench_failed_with(bfp8_moe_backward(r->moe, r->dy, r->dx, &r->g, 0), "bfp8_moe_backward", reason, size);
 }
 
 static double wall_ms(void) {
@@ -174,7 +168,7 @@ int main(int argc, char **argv) {
                                      .balance = BFP8_MOE_BALANCE_BIAS, .bias_update_rate = 1e-3f,
                                      .recipe = recipe};
         char reason[640] = "";
-        if (failed_with(bfp8_moe_create(&run.moe, ctx, &cfg), "bfp8_moe_create", reason, sizeof reason) ||
+        if (bench_failed_with(bfp8_moe_create(&run.moe, ctx, &cfg), "bfp8_moe_create", reason, sizeof reason) ||
             call_set_weights(&run, 0, reason, sizeof reason) || call_step(&run, 0, reason, sizeof reason)) {
             printf("  %-24s n/a: %s\n", recipe_label(recipe), reason);
             bfp8_moe_destroy(run.moe);
