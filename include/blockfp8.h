@@ -524,8 +524,9 @@ bfp8_status bfp8_moe_dispatch(bfp8_context *ctx, const int32_t *topk_expert, int
  * NULL: the same rows quantized as bfp8_quantize_1x128(xp in x's
  * precision) would, bit for bit, without a pass over xp; xp_qt: H x P
  * 1x128, or NULL: xp's columns quantized likewise (out_cols of
- * bfp8_quantize_1x128; P and H multiples of 128), from the same read of x.
- * At least one output.
+ * bfp8_quantize_1x128; P and H multiples of 128, and then the rows of x
+ * and of every output starting at 16-byte boundaries), from the same read
+ * of x. At least one output.
  */
 bfp8_status bfp8_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
                              bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt,

@@ -13,9 +13,10 @@
  *                   where the layouts allow, else element by element; with
  *                   d_topk_weight, the same CTA's dot product of its dy row
  *                   with its yp row (combine_backward's weight gradient)
- *   the same with the columns quantized too: a CTA per 128 x 128 tile, its
- *                   values kept in shared memory for the columns' groups (the
- *                   dots then in a row gather of their own)
+ *   the same with the columns quantized too: the quantize tile kernel
+ *                   (quantize_tiles_kernel.cuh) on tiles whose 128 rows are
+ *                   gathered by cp.async (the dots then in a row gather of
+ *                   their own)
  *   combine         a thread per 4 output elements (or per element), fmaf over j
  *   swiglu          element-wise
  */
@@ -23,6 +24,7 @@
 
 #include "cuda/cuda_common.cuh"
 #include "cuda/hopper.cuh"
+#include "cuda/quantize_launch.cuh"
 #include "formats/formats.h"
 
 using bfp8_sm90::cvt_e4m3x2;
@@ -63,9 +65,6 @@ struct gather_args {
     uint8_t *codes; /* NULL: none */
     float *scales;
     int64_t codes_ld, scale_ld;
-    uint8_t *t_codes; /* the columns' 1x128 quantization (NULL: none): gather_dual_kernel */
-    float *t_scales;
-    int64_t t_ld, t_scale_ld;
     int pow2;
     uint32_t *nonfinite_flag;
     /* d_topk_weight[s] = dot(src row, yp row r) for s = row_slot[r] (NULL: none) */
@@ -236,134 +235,186 @@ __global__ void gather_vec_kernel(const gather_args a) {
     if (kDot && t >= 0) finish_dot(a, r, slot, dot);
 }
 
+/* The dots alone (combine_backward's weight gradient without a permuted
+ * output): a CTA per token, warp j the dot of the token's row with yp's row
+ * of slot t k + j, in gather_vec_kernel's order (column c into partial
+ * (c / 128 mod 4, (c mod 128) / 4), columns ascending; each group's 32 by
+ * finish_dot's butterfly, then the groups in order). The k warps read the
+ * token's row together: it comes from DRAM once, not k times. */
+template <typename Src, typename YP>
+__global__ void slot_dots_kernel(const gather_args a, const int32_t *__restrict__ slot_row) {
+    const int64_t t = blockIdx.x;
+    const int j = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+    const int32_t r = slot_row[t * a.top_k + j];
+    if (r < 0 || r >= a.yp_rows) return; /* a dropped slot: its dot stays 0 */
+    const Src *x = static_cast<const Src *>(a.src) + t * a.src_ld;
+    const YP *y = static_cast<const YP *>(a.yp) + r * a.yp_ld;
+    float part[kGatherWarps] = {};
+    for (int64_t c0 = 0; c0 < a.cols; c0 += kGatherWarps * 128) {
+#pragma unroll
+        for (int g = 0; g < kGatherWarps; ++g) {
+            const int64_t c = c0 + g * 128 + lane * 4;
+            if (c >= a.cols) continue;
+            float v[4], w[4];
+            load4(x + c, v);
+            load4(y + c, w);
+#pragma unroll
+            for (int e = 0; e < 4; ++e) part[g] = fmaf(v[e], w[e], part[g]);
+        }
+    }
+    float d = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGatherWarps; ++g) {
+        float p = part[g];
+        for (int off = kWarp / 2; off >= 1; off /= 2) p = p + __shfl_xor_sync(0xffffffffu, p, off);
+        d = g == 0 ? p : d + p;
+    }
+    if (lane == 0) a.dots[t * a.top_k + j] = d;
+}
+
+template <typename Src>
+void launch_slot_dots(const gather_args &a, const int32_t *slot_row, cudaStream_t stream) {
+    if (a.src_rows == 0) return;
+    const dim3 grid(static_cast<unsigned>(a.src_rows)), block(static_cast<unsigned>(a.top_k * kWarp));
+    if (a.yp_dtype == BFP8_F32) slot_dots_kernel<Src, float><<<grid, block, 0, stream>>>(a, slot_row);
+    else slot_dots_kernel<Src, uint16_t><<<grid, block, 0, stream>>>(a, slot_row);
+}
+
 bool aligned_elements(const void *p, int64_t ld, size_t size, int n) {
     return reinterpret_cast<uintptr_t>(p) % (size * n) == 0 && ld % n == 0;
 }
 
-/* Four floats to 4 elements of out (bf16 or f32) at element i. */
-__device__ __forceinline__ void store4_out(const gather_args &a, int64_t i, const float v[4]) {
-    if (a.out_dtype == BFP8_BF16) store4_bf16(static_cast<uint16_t *>(a.out) + i, v);
-    else *reinterpret_cast<float4 *>(static_cast<float *>(a.out) + i) = make_float4(v[0], v[1], v[2], v[3]);
-}
+/* ------------------------------------------------------------------------ */
+/* The permutation in both 1x128 layouts: the quantize tile kernel            */
+/* (quantize_tiles_kernel.cuh) on tiles whose rows are gathered               */
 
-constexpr int kDualThreads = 256;
-constexpr int kDualTile = 128; /* rows and columns of a CTA's tile */
-constexpr int kDualWarps = kDualThreads / kWarp;
-constexpr int kDualRowsPerWarp = kDualTile / kDualWarps;
-/* the tile, the columns' multipliers, each warp's column maxima */
-constexpr int kDualSmemBytes = (kDualTile * kDualTile + kDualTile + kDualWarps * kDualTile) * 4;
+/* Where a gathered tile's rows come from: permuted row r is source row
+ * row_slot[r] / top_k (zeros for a padding row or a slot past the source's
+ * rows), times weights[row_slot[r]] when the kernel scales. */
+struct gather_rows {
+    const int32_t *row_slot;
+    int top_k;
+    int64_t src_rows;
+    const float *weights;
+    void *out; /* NULL, or the scaled rows as well (bf16 or f32) */
+    bfp8_dtype out_dtype;
+    int64_t out_ld;
+};
 
-/* Where element (i, cc) of the tile sits: row i's 16-byte chunk u (columns
- * 4u .. 4u + 3) at chunk u ^ ((i / 16) mod 8). A warp's row writes stay one
- * contiguous 512 bytes; the column reads of 8 threads 16 rows apart (4
- * columns each) fall in 32 distinct banks. */
-__device__ __forceinline__ int dual_at(int i, int cc) {
-    return i * kDualTile + (((cc >> 2) ^ ((i >> 4) & 7)) << 2) + (cc & 3);
-}
+template <typename In> struct gathered_shape {
+    static constexpr int kRowsOffset = (bfp8_quant::kernel_shape<In>::kSmemBytes + 15) / 16 * 16;
+    static constexpr int kSmemBytes = kRowsOffset + bfp8_quant::kTile * (8 + 4);
+};
 
-/* Permuted rows [128 y, 128 y + 128) x columns [128 x, 128 x + 128): the
- * rows as gather_vec_kernel writes them (out, codes), and the tile's 128
- * columns quantized in 1x128 groups along the rows (t_codes, t_scales),
- * from one read of src. A warp loads its 16 rows 8 at a time; the fp32 values
- * wait in shared memory for the columns' codes. */
-template <typename Src>
-__global__ void __launch_bounds__(kDualThreads, 3) gather_dual_kernel(const gather_args a) {
-    extern __shared__ __align__(16) float dual_smem[];
-    float *const tile = dual_smem;
-    float *col_mult = dual_smem + kDualTile * kDualTile;
-    uint32_t *col_part = reinterpret_cast<uint32_t *>(col_mult + kDualTile);
-    __shared__ int64_t row_token[kDualTile];
-    __shared__ float row_weight[kDualTile];
-    const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-    const int64_t r0 = static_cast<int64_t>(blockIdx.y) * kDualTile, c0 = static_cast<int64_t>(blockIdx.x) * kDualTile;
-    const int64_t c = c0 + lane * 4;
-    if (threadIdx.x < kDualTile) {
-        const row_source src_row = source_of(a, r0 + threadIdx.x);
-        row_token[threadIdx.x] = src_row.token;
-        row_weight[threadIdx.x] = src_row.weight;
-    }
-    __syncthreads();
-    uint32_t col_max[4] = {0u, 0u, 0u, 0u};
-    constexpr int kBatch = kDualRowsPerWarp / 2; /* rows whose loads are in flight together */
-#pragma unroll 1
-    for (int b = 0; b < kDualRowsPerWarp; b += kBatch) {
-        float v[kBatch][4];
+/* The scaled rows of a staged tile to g.out, 16 staged bytes a thread per step. */
+template <typename In>
+__device__ __forceinline__ void copy_staged_rows(const gather_rows &g, const bfp8_quant::tile_pos &p,
+                                                 const uint8_t *stage, const float *row_scale) {
+    using namespace bfp8_quant;
+    constexpr int kElems = 16 / (int)sizeof(In), kChunksPerRow = kTile / kElems;
+    for (int id = (int)threadIdx.x; id < kTile * kChunksPerRow; id += kThreads) {
+        const int lr = id / kChunksPerRow, q = id % kChunksPerRow;
+        const uint4 w = *reinterpret_cast<const uint4 *>(stage + lr * kTile * (int)sizeof(In) +
+                                                         staged_chunk<In>(q) * 16);
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        float v[kElems];
 #pragma unroll
-        for (int j = 0; j < kBatch; ++j) { /* every load of the batch in flight before any is used */
-            const int64_t t = row_token[warp * kDualRowsPerWarp + b + j];
-            v[j][0] = v[j][1] = v[j][2] = v[j][3] = 0.0f;
-            if (t >= 0) load4(static_cast<const Src *>(a.src) + t * a.src_ld + c, v[j]);
+        for (int e = 0; e < kElems; ++e)
+            v[e] = sizeof(In) == 4 ? __uint_as_float(words[e])
+                                   : bfp8_decode_bf16(static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2))));
+        const int64_t at = (p.r0 + lr) * g.out_ld + p.c0 + q * kElems;
+        for (int e0 = 0; e0 < kElems; e0 += 4) {
+            float o[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[e] = row_scale ? __fmul_rn(row_scale[lr], v[e0 + e]) : v[e0 + e];
+            if (g.out_dtype == BFP8_BF16) store4_bf16(static_cast<uint16_t *>(g.out) + at + e0, o);
+            else
+                *reinterpret_cast<float4 *>(static_cast<float *>(g.out) + at + e0) =
+                    make_float4(o[0], o[1], o[2], o[3]);
         }
-#pragma unroll
-        for (int j = 0; j < kBatch; ++j) {
-            const int i = warp * kDualRowsPerWarp + b + j;
-            const int64_t r = r0 + i;
-            if (a.weights)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) v[j][e] = row_weight[i] * v[j][e];
-            if (a.out) store4_out(a, r * a.out_ld + c, v[j]);
-            uint32_t amax = 0;
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const uint32_t abs_bits = bfp8_bits_of(v[j][e]) & 0x7fffffffu;
-                amax = max(amax, abs_bits);
-                col_max[e] = max(col_max[e], abs_bits);
-            }
-            *reinterpret_cast<float4 *>(tile + dual_at(i, lane * 4)) = make_float4(v[j][0], v[j][1], v[j][2], v[j][3]);
-            if (a.codes) {
-                uint8_t codes[4];
-                quantize_group(a, r, c0, lane, v[j], amax, codes);
-                *reinterpret_cast<uint32_t *>(a.codes + r * a.codes_ld + c) =
-                    codes[0] | codes[1] << 8 | codes[2] << 16 | static_cast<uint32_t>(codes[3]) << 24;
-            }
-        }
-    }
-    *reinterpret_cast<uint4 *>(col_part + warp * kDualTile + lane * 4) =
-        make_uint4(col_max[0], col_max[1], col_max[2], col_max[3]);
-    __syncthreads();
-    if (threadIdx.x < kDualTile) { /* column cc's group: amax, multiplier, scale */
-        const int cc = threadIdx.x;
-        uint32_t amax = 0;
-#pragma unroll
-        for (int w = 0; w < kDualWarps; ++w) amax = max(amax, col_part[w * kDualTile + cc]);
-        const bool nonfinite = bfp8_amax_bits_nonfinite(amax);
-        const float mult = nonfinite ? -1.0f : bfp8_scale_multiplier(bfp8_float_of(amax), a.pow2);
-        a.t_scales[(r0 / kDualTile) * a.t_scale_ld + c0 + cc] =
-            nonfinite ? bfp8_float_of(BFP8_NAN_SCALE_BITS) : 1.0f / mult;
-        if (nonfinite && a.nonfinite_flag) *a.nonfinite_flag = 1u;
-        col_mult[cc] = mult;
-    }
-    __syncthreads();
-    /* column cc's codes of rows 16k .. 16k + 15: 16 bytes of t's row c0 + cc, eight threads a 128-byte row */
-    for (int id = threadIdx.x; id < kDualTile * kDualTile / 16; id += kDualThreads) {
-        const int cc = id / 8, k = id % 8;
-        const float m = col_mult[cc];
-        uint32_t w[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int i = 16 * k + 4 * q;
-            const uint32_t lo = cvt_e4m3x2(__fmul_rn(tile[dual_at(i, cc)], m), __fmul_rn(tile[dual_at(i + 1, cc)], m));
-            const uint32_t hi =
-                cvt_e4m3x2(__fmul_rn(tile[dual_at(i + 2, cc)], m), __fmul_rn(tile[dual_at(i + 3, cc)], m));
-            w[q] = m < 0.0f ? 0x7f7f7f7fu : lo | hi << 16;
-        }
-        *reinterpret_cast<uint4 *>(a.t_codes + (c0 + cc) * a.t_ld + r0 + 16 * k) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
-template <typename Src>
-bfp8_status launch_gather_dual(bfp8_context *ctx, const gather_args &a, int64_t rows) {
-    auto kernel = gather_dual_kernel<Src>;
+/* A CTA per 128 x 128 tile of the permuted matrix: its 128 source rows
+ * found (threads 0..127), staged by 16-byte cp.async (padding rows as
+ * zeros), then quantized by rows (kQ) and by columns as the tile kernel does
+ * for a dense x; kScaled: times the routing weights first. */
+template <typename In, bool kQ, bool kScaled>
+__global__ void __launch_bounds__(bfp8_quant::kThreads, kScaled ? 2 : bfp8_quant::kernel_shape<In>::kMinBlocks)
+    gather_tiles_kernel(const __grid_constant__ bfp8_quant::tile_args a, const __grid_constant__ gather_rows g) {
+    using namespace bfp8_quant;
+    constexpr int kElems = 16 / (int)sizeof(In), kChunksPerRow = kTile / kElems, kRowStep = kThreads / kChunksPerRow;
+    constexpr int kRowBytes = kTile * (int)sizeof(In);
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t *const scratch = smem + kernel_shape<In>::kStageBytes;
+    int64_t *const row_at = reinterpret_cast<int64_t *>(smem + gathered_shape<In>::kRowsOffset);
+    float *const row_scale = reinterpret_cast<float *>(row_at + kTile);
+    griddep_wait(); /* (a programmatic dependent launch: the previous kernel wrote row_slot or x) */
+    griddep_launch_dependents();
+    const tile_pos p = tile_at(a, blockIdx.x); /* the grid: a CTA per tile */
+    if (threadIdx.x < kTile) {
+        const int32_t slot = g.row_slot[p.r0 + threadIdx.x];
+        const int64_t t = slot < 0 ? -1 : slot / g.top_k;
+        const bool valid = t >= 0 && t < g.src_rows;
+        row_at[threadIdx.x] = valid ? t * a.x_ld : -1;
+        row_scale[threadIdx.x] = valid && kScaled ? g.weights[slot] : 1.0f;
+    }
+    __syncthreads();
+    {
+        const int lr0 = (int)threadIdx.x / kChunksPerRow, q = (int)threadIdx.x % kChunksPerRow;
+        const In *x = static_cast<const In *>(a.x) + p.c0 + q * kElems;
+#pragma unroll
+        for (int s = 0; s < kTile / kRowStep; ++s) {
+            const int lr = lr0 + s * kRowStep;
+            const int64_t at = row_at[lr];
+            uint8_t *dst = smem + lr * kRowBytes + staged_chunk<In>(q) * 16;
+            if (at >= 0) cp_async_16(dst, x + at);
+            else *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (g.out) copy_staged_rows<In>(g, p, smem, kScaled ? row_scale : nullptr);
+    quantize_tile<In, false, kQ, true, true, true, kScaled>(a, p, smem, scratch, row_scale);
+}
+
+template <typename In, bool kQ, bool kScaled>
+bfp8_status launch_gather_tiles(bfp8_context *ctx, const bfp8_quant::tile_args &a, const gather_rows &g) {
+    auto kernel = gather_tiles_kernel<In, kQ, kScaled>;
+    constexpr int smem = gathered_shape<In>::kSmemBytes;
     static std::atomic<bool> attribute_set[64];
     const int device = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
     if (!attribute_set[device].load(std::memory_order_acquire)) {
-        BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kDualSmemBytes));
+        BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         attribute_set[device].store(true, std::memory_order_release);
     }
-    const dim3 grid(static_cast<unsigned>(a.cols / kDualTile), static_cast<unsigned>(rows / kDualTile));
-    kernel<<<grid, kDualThreads, kDualSmemBytes, bfp8_stream_of(ctx)>>>(a);
+    if (a.num_tiles == 0) return BFP8_OK;
+    cudaLaunchAttribute pdl;
+    const cudaLaunchConfig_t config = bfp8_quant::tile_launch_config(ctx, a.num_tiles, smem, &pdl);
+    BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, a, g));
     BFP8_CUDA_CHECK_LAUNCH();
     return BFP8_OK;
+}
+
+/* The permuted rows of src (rows of them) quantized both ways (out_q may be
+ * NULL), and optionally written to out too. */
+template <typename In>
+bfp8_status gather_both_layouts(bfp8_context *ctx, const bfp8_matrix *src, int64_t rows, const gather_rows &g,
+                                const bfp8_qmatrix *out_q, const bfp8_qmatrix *out_qt,
+                                const bfp8_quantize_options *options) {
+    bfp8_matrix permuted = *src;
+    permuted.rows = rows;
+    bool aligned;
+    const bfp8_quant::tile_args a = bfp8_quant::make_tile_args(&permuted, out_q, out_qt, options, &aligned);
+    const size_t out_size = g.out ? bfp8_dtype_size(g.out_dtype) : 1;
+    if (!aligned || (g.out && !aligned_elements(g.out, g.out_ld, out_size, static_cast<int>(16 / out_size))))
+        return bfp8_fail(BFP8_ERR_ALIGNMENT, "moe permutation in both layouts: rows not 16-byte aligned");
+    if (a.num_tiles > INT32_MAX) return bfp8_fail(BFP8_ERR_SHAPE, "moe permutation in both layouts: too many tiles");
+    if (out_q && g.weights) return launch_gather_tiles<In, true, true>(ctx, a, g);
+    if (out_q) return launch_gather_tiles<In, true, false>(ctx, a, g);
+    if (g.weights) return launch_gather_tiles<In, false, true>(ctx, a, g);
+    return launch_gather_tiles<In, false, false>(ctx, a, g);
 }
 
 template <typename Src, bool kDot>
@@ -379,10 +430,11 @@ void launch_gather_vec(const gather_args &a, int64_t rows, cudaStream_t stream) 
 /* The permuted rows of src (out and / or out_q, and quantized by columns
  * out_qt), and with yp the dot products of combine_backward's weight
  * gradient (dots, zeroed first: dropped slots have no row). With out_qt the
- * rows come from gather_dual_kernel, the dots from a gather of their own. */
-bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32_t *row_slot, int top_k,
-                          const float *weights, bfp8_matrix *out, bfp8_qmatrix *out_q, bfp8_qmatrix *out_qt,
-                          const bfp8_quantize_options *options, const bfp8_matrix *yp, float *dots) {
+ * rows come from gather_tiles_kernel, the dots from a gather of their own. */
+bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32_t *row_slot,
+                          const int32_t *slot_row, int top_k, const float *weights, bfp8_matrix *out,
+                          bfp8_qmatrix *out_q, bfp8_qmatrix *out_qt, const bfp8_quantize_options *options,
+                          const bfp8_matrix *yp, float *dots) {
     gather_args a = {};
     a.src = src->data, a.src_dtype = src->dtype, a.src_rows = src->rows, a.src_ld = src->ld, a.cols = src->cols;
     a.row_slot = row_slot, a.top_k = top_k, a.weights = weights;
@@ -394,11 +446,11 @@ bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32
     cudaStream_t stream = bfp8_stream_of(ctx);
     if (dots) BFP8_CUDA_TRY(cudaMemsetAsync(dots, 0, static_cast<size_t>(src->rows * top_k) * sizeof(float), stream));
     if (rows == 0) return BFP8_OK;
-    if (out_qt) { /* (validated: rows and cols multiples of 128, every row aligned for whole accesses) */
-        gather_args d = a;
-        d.t_codes = out_qt->data, d.t_scales = out_qt->scales, d.t_ld = out_qt->ld, d.t_scale_ld = out_qt->scale_ld;
-        BFP8_TRY(a.src_dtype == BFP8_F32 ? launch_gather_dual<float>(ctx, d, rows)
-                                         : launch_gather_dual<uint16_t>(ctx, d, rows));
+    if (out_qt) { /* (validated: rows and cols multiples of 128, every row 16-byte aligned) */
+        gather_rows g = {row_slot, top_k, src->rows, weights, nullptr, BFP8_BF16, 0};
+        if (out) g.out = out->data, g.out_dtype = out->dtype, g.out_ld = out->ld;
+        BFP8_TRY(a.src_dtype == BFP8_F32 ? gather_both_layouts<float>(ctx, src, rows, g, out_q, out_qt, options)
+                                         : gather_both_layouts<uint16_t>(ctx, src, rows, g, out_q, out_qt, options));
         if (!dots) return BFP8_OK;
         a.out = nullptr, a.codes = nullptr; /* the dots alone */
         out = nullptr, out_q = nullptr;
@@ -408,7 +460,10 @@ bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32
                        (!out || (a.out_dtype == BFP8_BF16 && aligned_elements(a.out, a.out_ld, 2, 4))) &&
                        (!out_q || aligned_elements(a.codes, a.codes_ld, 1, 4)) &&
                        (!dots || aligned_elements(a.yp, a.yp_ld, bfp8_dtype_size(a.yp_dtype), 4));
-    if (!whole) gather_kernel<<<static_cast<unsigned>(rows), kGatherWarps * kWarp, 0, stream>>>(a);
+    if (whole && dots && !out && !out_q && slot_row) { /* the dots alone, by token */
+        if (a.src_dtype == BFP8_F32) launch_slot_dots<float>(a, slot_row, stream);
+        else launch_slot_dots<uint16_t>(a, slot_row, stream);
+    } else if (!whole) gather_kernel<<<static_cast<unsigned>(rows), kGatherWarps * kWarp, 0, stream>>>(a);
     else if (a.src_dtype == BFP8_F32 && dots) launch_gather_vec<float, true>(a, rows, stream);
     else if (a.src_dtype == BFP8_F32) launch_gather_vec<float, false>(a, rows, stream);
     else if (dots) launch_gather_vec<uint16_t, true>(a, rows, stream);
@@ -490,7 +545,7 @@ constexpr int kThreads = 256;
 bfp8_status bfp8_cuda_moe_permute(bfp8_context *ctx, const bfp8_matrix *x, const int32_t *row_slot, int top_k,
                                   bfp8_matrix *xp, bfp8_qmatrix *xp_q, bfp8_qmatrix *xp_qt,
                                   const bfp8_quantize_options *options) {
-    return launch_gather(ctx, x, row_slot, top_k, nullptr, xp, xp_q, xp_qt, options, nullptr, nullptr);
+    return launch_gather(ctx, x, row_slot, nullptr, top_k, nullptr, xp, xp_q, xp_qt, options, nullptr, nullptr);
 }
 
 bfp8_status bfp8_cuda_moe_combine(bfp8_context *ctx, const bfp8_matrix *yp, const int32_t *slot_row,
@@ -519,8 +574,8 @@ bfp8_status bfp8_cuda_moe_combine_backward(bfp8_context *ctx, const bfp8_matrix 
                                            const int32_t *row_slot, const int32_t *slot_row, const float *topk_weight,
                                            int top_k, bfp8_matrix *dyp, bfp8_qmatrix *dyp_q, bfp8_qmatrix *dyp_qt,
                                            const bfp8_quantize_options *options, float *d_topk_weight) {
-    (void)slot_row; /* the gather's rows find their slots through row_slot */
-    return launch_gather(ctx, dy, row_slot, top_k, topk_weight, dyp, dyp_q, dyp_qt, options, yp, d_topk_weight);
+    return launch_gather(ctx, dy, row_slot, slot_row, top_k, topk_weight, dyp, dyp_q, dyp_qt, options, yp,
+                         d_topk_weight);
 }
 
 bfp8_status bfp8_cuda_moe_swiglu(bfp8_context *ctx, const bfp8_matrix *gu, bfp8_matrix *h) {

@@ -120,6 +120,24 @@ template <> struct block8x8<float> { /* f32: word j of row i is column j */
             w[i][4] = b.x; w[i][5] = b.y; w[i][6] = b.z; w[i][7] = b.w;
         }
     }
+    /* The block of a staged tile of In, row i times row_scale[rb * 8 + i] (fp32, one rounding). */
+    template <typename In>
+    __device__ __forceinline__ void load_scaled(const uint8_t *stage, int rb, int cc, const float *row_scale) {
+        if constexpr (sizeof(In) == 4) {
+            load(stage, rb, cc);
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) w[i][j] = __float_as_uint(__fmul_rn(row_scale[rb * 8 + i], at(i, j)));
+        } else {
+            block8x8<uint16_t> b;
+            b.load(stage, rb, cc);
+#pragma unroll
+            for (int i = 0; i < 8; ++i)
+#pragma unroll
+                for (int j = 0; j < 8; ++j) w[i][j] = __float_as_uint(__fmul_rn(row_scale[rb * 8 + i], b.at(i, j)));
+        }
+    }
     __device__ __forceinline__ float at(int i, int j) const { return __uint_as_float(w[i][j]); }
     __device__ __forceinline__ void amax(uint32_t (&row)[8], uint32_t (&col)[8]) const {
 #pragma unroll

@@ -138,15 +138,23 @@ template <typename In> struct kernel_shape {
     static constexpr int kSmemBytes = kBarrierOffset + (kTmaLoads ? 8 : 0);
 };
 
+/* The block a thread holds: the staged format, or fp32 when its rows are scaled first. */
+template <typename In, bool kScaled> struct held_block {
+    using type = block8x8<In>;
+};
+template <typename In> struct held_block<In, true> {
+    using type = block8x8<float>;
+};
+
 /*
- * One tile, from its stage in shared memory to every output (phases A-C of
- * the header comment). kFull: the tile has 128 valid rows and columns and
- * kAligned holds (the whole-tile path): the bounds become constants and
- * every ragged branch folds away.
+ * One tile from the blocks its threads hold (thread t: rows (t / 16) * 8..,
+ * columns (t % 16) * 8..) to every output (phases A-C of the header
+ * comment). kFull: the tile has 128 valid rows and columns and kAligned
+ * holds (the whole-tile path): the bounds become constants and every ragged
+ * branch folds away.
  */
-template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, bool kFull>
-__device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, uint8_t *staged,
-                                              uint8_t *scratch) {
+template <typename Block, bool kBlock, bool kQ, bool kT, bool kAligned, bool kFull>
+__device__ __forceinline__ void quantize_block(const tile_args &a, tile_pos p, const Block &x, uint8_t *scratch) {
     uint32_t *const row_part = reinterpret_cast<uint32_t *>(scratch);
     uint32_t *const col_part = row_part + 16 * kTile;
     uint8_t *const transposed = scratch; /* overwrites the partial maxima, read by then */
@@ -163,8 +171,6 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
     if constexpr (kBlock && kT) pt = transposed_pos(a, p);
 
     /* A: the block into registers, partial maxima out */
-    block8x8<In> x;
-    x.load(staged, rb, cc);
     if (kBlock) {
         const uint32_t m = __reduce_max_sync(0xffffffffu, x.amax_all());
         if ((tid & 31) == 0) reinterpret_cast<uint32_t *>(row_mult)[tid >> 5] = m;
@@ -298,6 +304,20 @@ __device__ __forceinline__ void quantize_tile(const tile_args &a, tile_pos p, ui
         else
             store_transposed<kAligned>(a, pt, transposed);
     }
+}
+
+/* quantize_block of a tile staged in shared memory; kScaled: tile row i
+ * times row_scale[i] first (the MoE permutation's routing weights). */
+template <typename In, bool kBlock, bool kQ, bool kT, bool kAligned, bool kFull, bool kScaled = false>
+__device__ __forceinline__ void quantize_tile(const tile_args &a, const tile_pos &p, const uint8_t *staged,
+                                              uint8_t *scratch, const float *row_scale = nullptr) {
+    const int rb = (int)threadIdx.x >> 4, cc = (int)threadIdx.x & 15;
+    typename held_block<In, kScaled>::type x;
+    if constexpr (kScaled)
+        x.template load_scaled<In>(staged, rb, cc, row_scale);
+    else
+        x.load(staged, rb, cc);
+    quantize_block<decltype(x), kBlock, kQ, kT, kAligned, kFull>(a, p, x, scratch);
 }
 
 /*

@@ -143,9 +143,10 @@ static bfp8_status check_quantize_options(const bfp8_context *ctx, const bfp8_qu
 /* The permuted outputs of permute / combine_backward: a dense and / or a
  * 1x128 quantized P x cols matrix, the same P when both are given; the
  * quantized columns (cols x P, P and cols multiples of 128). */
-static int aligned_rows(const bfp8_matrix *m, int elements) {
-    const size_t bytes = (size_t)elements * bfp8_dtype_size(m->dtype);
-    return (uintptr_t)m->data % bytes == 0 && m->ld % elements == 0;
+/* Every row of m starts at a multiple of 16 bytes. */
+static int rows_16_byte_aligned(const bfp8_matrix *m) {
+    const size_t size = bfp8_dtype_size(m->dtype);
+    return (uintptr_t)m->data % 16 == 0 && (m->ld * (int64_t)size) % 16 == 0;
 }
 
 static bfp8_status check_permuted_outputs(const bfp8_context *ctx, const bfp8_matrix *src, const bfp8_matrix *out,
@@ -172,13 +173,13 @@ static bfp8_status check_permuted_outputs(const bfp8_context *ctx, const bfp8_ma
         if (out_qt->rows != cols || out_qt->cols != rows || rows % 128 || cols % 128 || rows > MOE_MAX_SLOTS)
             return bfp8_fail(BFP8_ERR_SHAPE, "%s: %s_qt is %lld x %lld, expected %lld x %lld (multiples of 128)", fn,
                              name, (long long)out_qt->rows, (long long)out_qt->cols, (long long)cols, (long long)rows);
-        /* one pass writes every layout in whole words: 16-byte rows of codes, 4-element rows elsewhere */
-        const int aligned = aligned_rows(src, 4) && (!out || aligned_rows(out, 4)) &&
-                            (!out_q || ((uintptr_t)out_q->data % 4 == 0 && out_q->ld % 4 == 0)) &&
+        /* one pass writes every layout by 16-byte accesses */
+        const int aligned = rows_16_byte_aligned(src) && (!out || rows_16_byte_aligned(out)) &&
+                            (!out_q || ((uintptr_t)out_q->data % 16 == 0 && out_q->ld % 16 == 0)) &&
                             (uintptr_t)out_qt->data % 16 == 0 && out_qt->ld % 16 == 0;
         if (!aligned)
             return bfp8_fail(BFP8_ERR_ALIGNMENT, "%s: with %s_qt, the rows of every matrix must start at multiples of "
-                             "4 elements (16 bytes for %s_qt's codes)", fn, name, name);
+                             "16 bytes", fn, name);
     }
     return check_quantize_options(ctx, options, fn);
 }
