@@ -56,11 +56,13 @@ __device__ __forceinline__ void load8(const uint8_t *stage, int chunk, float (&v
     }
 }
 
+/* 8 values rounded to bf16 as bfp8_encode_bf16 rounds them, by the hardware
+ * conversion (one instruction a pair); only a NaN's bits may differ, and a
+ * NaN makes its groups' codes 0x7f and their scales NaN either way. */
 __device__ __forceinline__ void store8(uint8_t *stage, int chunk, const float (&v)[8]) {
     uint32_t words[4];
 #pragma unroll
-    for (int e = 0; e < 4; ++e)
-        words[e] = (uint32_t)bfp8_encode_bf16(v[2 * e]) | (uint32_t)bfp8_encode_bf16(v[2 * e + 1]) << 16;
+    for (int e = 0; e < 4; ++e) words[e] = cvt_bf16x2(v[2 * e], v[2 * e + 1]);
     reinterpret_cast<uint4 *>(stage)[chunk] = make_uint4(words[0], words[1], words[2], words[3]);
 }
 
