@@ -251,6 +251,12 @@ static void test_data_ops(const char *name, const plan *p, int64_t H, bfp8_dtype
     int64_t differ = differ_bytes(what, xpc, xpg, (size_t)(P * H) * osz);
     differ += differ_q(what, &qc, qgd, qgs) + (cols_q ? differ_qt(what, &tc, &tg, tdb, tsb) : 0);
     CHECK(differ == 0 && flag_c == *flag_g, "%s: permute differs (flags %u, %u)", what, flag_c, *flag_g);
+    if (cols_q) { /* the columns alone: the same codes */
+        CHECK_OK(bfp8_memset_zero(gpu, tg.data, tdb));
+        CHECK_OK(bfp8_memset_zero(gpu, tg.scales, tsb));
+        CHECK_OK(bfp8_moe_permute(gpu, &xg, p->d_row_slot, k, NULL, NULL, &tg, &og));
+        CHECK(differ_qt(what, &tc, &tg, tdb, tsb) == 0, "%s: permute's columns alone differ", what);
+    }
 
     /* combine into y (out dtype), accumulating; then the backward from dy = x's rows (in dtype) */
     void *y0 = test_malloc((size_t)(T * H) * osz), *d_yp = up(yp, (size_t)(P * H) * ysz);
@@ -279,6 +285,13 @@ static void test_data_ops(const char *name, const plan *p, int64_t H, bfp8_dtype
     differ += differ_q(what, &qc, qgd, qgs) + (cols_q ? differ_qt(what, &tc, &tg, tdb, tsb) : 0);
     differ += differ_f32(what, dwc, dwg, T * k);
     CHECK(differ == 0, "%s: combine_backward differs", what);
+    if (cols_q) { /* the columns alone (weights applied): the same codes */
+        CHECK_OK(bfp8_memset_zero(gpu, tg.data, tdb));
+        CHECK_OK(bfp8_memset_zero(gpu, tg.scales, tsb));
+        CHECK_OK(bfp8_moe_combine_backward(gpu, &xg, &ypg, p->d_row_slot, p->d_slot_row, d_w, k, NULL, NULL, &tg,
+                                           &og, NULL));
+        CHECK(differ_qt(what, &tc, &tg, tdb, tsb) == 0, "%s: combine_backward's columns alone differ", what);
+    }
     /* the weight gradient alone (no permuted output) */
     float *d_dw2 = up(NULL, (size_t)(T * k) * 4);
     CHECK_OK(bfp8_moe_combine_backward(gpu, &xg, &ypg, p->d_row_slot, p->d_slot_row, d_w, k, NULL, NULL, NULL, NULL,

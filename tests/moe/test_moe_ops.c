@@ -402,6 +402,16 @@ static void test_bad_arguments(void) {
     bfp8_matrix bad_cols = {out, BFP8_F32, 2, 64, 64};
     CHECK_STATUS(bfp8_moe_permute(ctx, &xm, row_slot, 1, &bad_cols, NULL, NULL, NULL), BFP8_ERR_SHAPE);
     CHECK_STATUS(bfp8_moe_permute(ctx, &xm, row_slot, 1, NULL, NULL, NULL, NULL), BFP8_ERR_NULL_POINTER);
+    /* with the columns' codes every row starts at a 16-byte boundary: bf16 rows 264 bytes apart are refused */
+    static _Alignas(16) uint16_t xb[2 * 136];
+    static int32_t slots128[128];
+    for (int r = 0; r < 128; ++r) slots128[r] = r < 2 ? r : -1;
+    bfp8_qmatrix qt128;
+    alloc_q(&qt128, 128, 128);
+    const bfp8_matrix x_ld132 = {xb, BFP8_BF16, 2, 128, 132}, x_ld136 = {xb, BFP8_BF16, 2, 128, 136};
+    CHECK_STATUS(bfp8_moe_permute(ctx, &x_ld132, slots128, 1, NULL, NULL, &qt128, NULL), BFP8_ERR_ALIGNMENT);
+    CHECK_STATUS(bfp8_moe_permute(ctx, &x_ld136, slots128, 1, NULL, NULL, &qt128, NULL), BFP8_OK);
+    free(qt128.data), free(qt128.scales);
     bfp8_matrix h = {out, BFP8_F32, 2, 64, 64};
     CHECK_STATUS(bfp8_moe_swiglu(ctx, &xm, &h), BFP8_OK);
     bfp8_matrix h_wrong = {out, BFP8_F32, 2, 32, 32};
