@@ -13,18 +13,15 @@
  *                   where the layouts allow, else element by element; with
  *                   d_topk_weight, the same CTA's dot product of its dy row
  *                   with its yp row (combine_backward's weight gradient)
- *   the same with the columns quantized too: the quantize tile kernel
- *                   (quantize_tiles_kernel.cuh) on tiles whose 128 rows are
- *                   gathered by cp.async (the dots then in a row gather of
- *                   their own)
+ *   the same with the columns quantized too: moe_gather_tiles.cu, the
+ *                   quantize tile kernel on tiles of gathered rows (the dots
+ *                   then a CTA per token)
  *   combine         a thread per 4 output elements (or per element), fmaf over j
  *   swiglu          element-wise
  */
-#include <atomic>
-
 #include "cuda/cuda_common.cuh"
 #include "cuda/hopper.cuh"
-#include "cuda/quantize_launch.cuh"
+#include "cuda/moe_gather_tiles.h"
 #include "formats/formats.h"
 
 using bfp8_sm90::cvt_e4m3x2;
@@ -284,139 +281,6 @@ bool aligned_elements(const void *p, int64_t ld, size_t size, int n) {
     return reinterpret_cast<uintptr_t>(p) % (size * n) == 0 && ld % n == 0;
 }
 
-/* ------------------------------------------------------------------------ */
-/* The permutation in both 1x128 layouts: the quantize tile kernel            */
-/* (quantize_tiles_kernel.cuh) on tiles whose rows are gathered               */
-
-/* Where a gathered tile's rows come from: permuted row r is source row
- * row_slot[r] / top_k (zeros for a padding row or a slot past the source's
- * rows), times weights[row_slot[r]] when the kernel scales. */
-struct gather_rows {
-    const int32_t *row_slot;
-    int top_k;
-    int64_t src_rows;
-    const float *weights;
-    void *out; /* NULL, or the scaled rows as well (bf16 or f32) */
-    bfp8_dtype out_dtype;
-    int64_t out_ld;
-};
-
-template <typename In> struct gathered_shape {
-    static constexpr int kRowsOffset = (bfp8_quant::kernel_shape<In>::kSmemBytes + 15) / 16 * 16;
-    static constexpr int kSmemBytes = kRowsOffset + bfp8_quant::kTile * (8 + 4);
-};
-
-/* The scaled rows of a staged tile to g.out, 16 staged bytes a thread per step. */
-template <typename In>
-__device__ __forceinline__ void copy_staged_rows(const gather_rows &g, const bfp8_quant::tile_pos &p,
-                                                 const uint8_t *stage, const float *row_scale) {
-    using namespace bfp8_quant;
-    constexpr int kElems = 16 / (int)sizeof(In), kChunksPerRow = kTile / kElems;
-    for (int id = (int)threadIdx.x; id < kTile * kChunksPerRow; id += kThreads) {
-        const int lr = id / kChunksPerRow, q = id % kChunksPerRow;
-        const uint4 w = *reinterpret_cast<const uint4 *>(stage + lr * kTile * (int)sizeof(In) +
-                                                         staged_chunk<In>(q) * 16);
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        float v[kElems];
-#pragma unroll
-        for (int e = 0; e < kElems; ++e)
-            v[e] = sizeof(In) == 4 ? __uint_as_float(words[e])
-                                   : bfp8_decode_bf16(static_cast<uint16_t>(words[e / 2] >> (16 * (e % 2))));
-        const int64_t at = (p.r0 + lr) * g.out_ld + p.c0 + q * kElems;
-        for (int e0 = 0; e0 < kElems; e0 += 4) {
-            float o[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) o[e] = row_scale ? __fmul_rn(row_scale[lr], v[e0 + e]) : v[e0 + e];
-            if (g.out_dtype == BFP8_BF16) store4_bf16(static_cast<uint16_t *>(g.out) + at + e0, o);
-            else
-                *reinterpret_cast<float4 *>(static_cast<float *>(g.out) + at + e0) =
-                    make_float4(o[0], o[1], o[2], o[3]);
-        }
-    }
-}
-
-/* A CTA per 128 x 128 tile of the permuted matrix: its 128 source rows
- * found (threads 0..127), staged by 16-byte cp.async (padding rows as
- * zeros), then quantized by rows (kQ) and by columns as the tile kernel does
- * for a dense x; kScaled: times the routing weights first. */
-template <typename In, bool kQ, bool kScaled>
-__global__ void __launch_bounds__(bfp8_quant::kThreads, kScaled ? 2 : bfp8_quant::kernel_shape<In>::kMinBlocks)
-    gather_tiles_kernel(const __grid_constant__ bfp8_quant::tile_args a, const __grid_constant__ gather_rows g) {
-    using namespace bfp8_quant;
-    constexpr int kElems = 16 / (int)sizeof(In), kChunksPerRow = kTile / kElems, kRowStep = kThreads / kChunksPerRow;
-    constexpr int kRowBytes = kTile * (int)sizeof(In);
-    extern __shared__ __align__(128) uint8_t smem[];
-    uint8_t *const scratch = smem + kernel_shape<In>::kStageBytes;
-    int64_t *const row_at = reinterpret_cast<int64_t *>(smem + gathered_shape<In>::kRowsOffset);
-    float *const row_scale = reinterpret_cast<float *>(row_at + kTile);
-    griddep_wait(); /* (a programmatic dependent launch: the previous kernel wrote row_slot or x) */
-    griddep_launch_dependents();
-    const tile_pos p = tile_at(a, blockIdx.x); /* the grid: a CTA per tile */
-    if (threadIdx.x < kTile) {
-        const int32_t slot = g.row_slot[p.r0 + threadIdx.x];
-        const int64_t t = slot < 0 ? -1 : slot / g.top_k;
-        const bool valid = t >= 0 && t < g.src_rows;
-        row_at[threadIdx.x] = valid ? t * a.x_ld : -1;
-        row_scale[threadIdx.x] = valid && kScaled ? g.weights[slot] : 1.0f;
-    }
-    __syncthreads();
-    {
-        const int lr0 = (int)threadIdx.x / kChunksPerRow, q = (int)threadIdx.x % kChunksPerRow;
-        const In *x = static_cast<const In *>(a.x) + p.c0 + q * kElems;
-#pragma unroll
-        for (int s = 0; s < kTile / kRowStep; ++s) {
-            const int lr = lr0 + s * kRowStep;
-            const int64_t at = row_at[lr];
-            uint8_t *dst = smem + lr * kRowBytes + staged_chunk<In>(q) * 16;
-            if (at >= 0) cp_async_16(dst, x + at);
-            else *reinterpret_cast<uint4 *>(dst) = make_uint4(0u, 0u, 0u, 0u);
-        }
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    if (g.out) copy_staged_rows<In>(g, p, smem, kScaled ? row_scale : nullptr);
-    quantize_tile<In, false, kQ, true, true, true, kScaled>(a, p, smem, scratch, row_scale);
-}
-
-template <typename In, bool kQ, bool kScaled>
-bfp8_status launch_gather_tiles(bfp8_context *ctx, const bfp8_quant::tile_args &a, const gather_rows &g) {
-    auto kernel = gather_tiles_kernel<In, kQ, kScaled>;
-    constexpr int smem = gathered_shape<In>::kSmemBytes;
-    static std::atomic<bool> attribute_set[64];
-    const int device = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
-    if (!attribute_set[device].load(std::memory_order_acquire)) {
-        BFP8_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-        attribute_set[device].store(true, std::memory_order_release);
-    }
-    if (a.num_tiles == 0) return BFP8_OK;
-    cudaLaunchAttribute pdl;
-    const cudaLaunchConfig_t config = bfp8_quant::tile_launch_config(ctx, a.num_tiles, smem, &pdl);
-    BFP8_CUDA_TRY(cudaLaunchKernelEx(&config, kernel, a, g));
-    BFP8_CUDA_CHECK_LAUNCH();
-    return BFP8_OK;
-}
-
-/* The permuted rows of src (rows of them) quantized both ways (out_q may be
- * NULL), and optionally written to out too. */
-template <typename In>
-bfp8_status gather_both_layouts(bfp8_context *ctx, const bfp8_matrix *src, int64_t rows, const gather_rows &g,
-                                const bfp8_qmatrix *out_q, const bfp8_qmatrix *out_qt,
-                                const bfp8_quantize_options *options) {
-    bfp8_matrix permuted = *src;
-    permuted.rows = rows;
-    bool aligned;
-    const bfp8_quant::tile_args a = bfp8_quant::make_tile_args(&permuted, out_q, out_qt, options, &aligned);
-    const size_t out_size = g.out ? bfp8_dtype_size(g.out_dtype) : 1;
-    if (!aligned || (g.out && !aligned_elements(g.out, g.out_ld, out_size, static_cast<int>(16 / out_size))))
-        return bfp8_fail(BFP8_ERR_ALIGNMENT, "moe permutation in both layouts: rows not 16-byte aligned");
-    if (a.num_tiles > INT32_MAX) return bfp8_fail(BFP8_ERR_SHAPE, "moe permutation in both layouts: too many tiles");
-    if (out_q && g.weights) return launch_gather_tiles<In, true, true>(ctx, a, g);
-    if (out_q) return launch_gather_tiles<In, true, false>(ctx, a, g);
-    if (g.weights) return launch_gather_tiles<In, false, true>(ctx, a, g);
-    return launch_gather_tiles<In, false, false>(ctx, a, g);
-}
-
 template <typename Src, bool kDot>
 void launch_gather_vec(const gather_args &a, int64_t rows, cudaStream_t stream) {
     const unsigned grid = static_cast<unsigned>(rows);
@@ -447,10 +311,7 @@ bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32
     if (dots) BFP8_CUDA_TRY(cudaMemsetAsync(dots, 0, static_cast<size_t>(src->rows * top_k) * sizeof(float), stream));
     if (rows == 0) return BFP8_OK;
     if (out_qt) { /* (validated: rows and cols multiples of 128, every row 16-byte aligned) */
-        gather_rows g = {row_slot, top_k, src->rows, weights, nullptr, BFP8_BF16, 0};
-        if (out) g.out = out->data, g.out_dtype = out->dtype, g.out_ld = out->ld;
-        BFP8_TRY(a.src_dtype == BFP8_F32 ? gather_both_layouts<float>(ctx, src, rows, g, out_q, out_qt, options)
-                                         : gather_both_layouts<uint16_t>(ctx, src, rows, g, out_q, out_qt, options));
+        BFP8_TRY(bfp8_cuda_moe_gather_tiles(ctx, src, rows, row_slot, top_k, weights, out, out_q, out_qt, options));
         if (!dots) return BFP8_OK;
         a.out = nullptr, a.codes = nullptr; /* the dots alone */
         out = nullptr, out_q = nullptr;
