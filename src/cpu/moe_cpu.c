@@ -14,7 +14,7 @@
 #include "internal.h"
 
 #define WARP 32
-#define GATHER_WARPS 4 /* the CUDA gather's warps per row (combine_backward's dot products) */
+#define GATHER_WARPS 4 /* combine_backward's dot products: the CUDA kernels' 4 groups of 32 partial sums */
 
 static float load_element(const bfp8_matrix *m, int64_t r, int64_t c) {
     const int64_t i = r * m->ld + c;

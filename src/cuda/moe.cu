@@ -287,8 +287,7 @@ void launch_gather_vec(const gather_args &a, int64_t rows, cudaStream_t stream) 
     constexpr int threads = kGatherWarps * kWarp;
     if (a.out && a.codes) gather_vec_kernel<Src, true, true, kDot><<<grid, threads, 0, stream>>>(a);
     else if (a.out) gather_vec_kernel<Src, true, false, kDot><<<grid, threads, 0, stream>>>(a);
-    else if (a.codes) gather_vec_kernel<Src, false, true, kDot><<<grid, threads, 0, stream>>>(a);
-    else gather_vec_kernel<Src, false, false, kDot><<<grid, threads, 0, stream>>>(a);
+    else gather_vec_kernel<Src, false, true, kDot><<<grid, threads, 0, stream>>>(a); /* (the dots alone: slot_dots) */
 }
 
 /* The permuted rows of src (out and / or out_q, and quantized by columns
@@ -321,7 +320,7 @@ bfp8_status launch_gather(bfp8_context *ctx, const bfp8_matrix *src, const int32
                        (!out || (a.out_dtype == BFP8_BF16 && aligned_elements(a.out, a.out_ld, 2, 4))) &&
                        (!out_q || aligned_elements(a.codes, a.codes_ld, 1, 4)) &&
                        (!dots || aligned_elements(a.yp, a.yp_ld, bfp8_dtype_size(a.yp_dtype), 4));
-    if (whole && dots && !out && !out_q && slot_row) { /* the dots alone, by token */
+    if (whole && !out && !out_q) { /* the dots alone (slot_row validated beside them), by token */
         if (a.src_dtype == BFP8_F32) launch_slot_dots<float>(a, slot_row, stream);
         else launch_slot_dots<uint16_t>(a, slot_row, stream);
     } else if (!whole) gather_kernel<<<static_cast<unsigned>(rows), kGatherWarps * kWarp, 0, stream>>>(a);

@@ -195,11 +195,13 @@ static int64_t differ_qt(const char *what, const bfp8_qmatrix *host, const bfp8_
     return differ;
 }
 
-static size_t qbytes(const bfp8_qmatrix *q, size_t *scale_bytes) {
-    size_t db;
-    bfp8_qmatrix l;
-    CHECK_OK(bfp8_qmatrix_layout(&l, q->rows, q->cols, BFP8_GRAN_1X128, &db, scale_bytes));
-    return db;
+/* A rows x cols 1x128 layout in host memory (host) and in device memory (dev); its data and scale bytes. */
+static void alloc_q_pair(int64_t rows, int64_t cols, bfp8_qmatrix *host, bfp8_qmatrix *dev, size_t *data_bytes,
+                         size_t *scale_bytes) {
+    CHECK_OK(bfp8_qmatrix_layout(host, rows, cols, BFP8_GRAN_1X128, data_bytes, scale_bytes));
+    *dev = *host;
+    host->data = test_malloc(*data_bytes), host->scales = test_malloc(*scale_bytes);
+    dev->data = up(NULL, *data_bytes), dev->scales = up(NULL, *scale_bytes);
 }
 
 /* permute, combine, combine_backward of plan p on both backends, compared bit for bit. */
@@ -223,21 +225,13 @@ static void test_data_ops(const char *name, const plan *p, int64_t H, bfp8_dtype
         test_fill_bf16(yp, P, H, H, 1.0f, 0, 42);
     test_fill_f32(w, T, k, k, 1.0f, 0, 43);
     bfp8_qmatrix qc, qg;
-    size_t sb;
-    CHECK_OK(bfp8_qmatrix_layout(&qc, P, H, BFP8_GRAN_1X128, NULL, NULL));
-    qg = qc;
-    const size_t db = qbytes(&qc, &sb);
-    qc.data = test_malloc(db), qc.scales = test_malloc(sb);
-    qg.data = up(NULL, db), qg.scales = up(NULL, sb);
+    size_t db, sb;
+    alloc_q_pair(P, H, &qc, &qg, &db, &sb);
     /* the columns' quantization (H x P) where H is a multiple of 128 */
     const int cols_q = H % 128 == 0;
     bfp8_qmatrix tc, tg;
-    size_t tsb;
-    CHECK_OK(bfp8_qmatrix_layout(&tc, H, P, BFP8_GRAN_1X128, NULL, NULL));
-    tg = tc;
-    const size_t tdb = qbytes(&tc, &tsb);
-    tc.data = test_malloc(tdb), tc.scales = test_malloc(tsb);
-    tg.data = up(NULL, tdb), tg.scales = up(NULL, tsb);
+    size_t tdb, tsb;
+    alloc_q_pair(H, P, &tc, &tg, &tdb, &tsb);
     uint32_t flag_c = 0, *d_flag = up(&flag_c, 4);
     const bfp8_quantize_options oc = {pow2, &flag_c}, og = {pow2, d_flag};
     void *xpc = test_malloc((size_t)(P * H) * osz), *d_x = up(x, (size_t)(T * H) * isz);
